@@ -1,0 +1,146 @@
+"""`specchat ...`: thin command-line layers over the engine, the catalog, the app and the benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from specchat.errors import SpecchatError
+
+# Terminal colors by token kind; the same meaning as the app's overlay.
+_COLORS = {"accepted": "\033[32m", "corrected": "\033[31m", "bonus": "\033[36m", "target": ""}
+_RESET = "\033[0m"
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """--target/--draft/--pair and the backend knobs, shared by generate, ui and bench."""
+    p.add_argument("--target", help="target model: a GGUF path or an installed model name")
+    p.add_argument("--draft", help="draft model: a GGUF path or an installed model name")
+    p.add_argument("--pair", help="an installed catalog pair (see `specchat models list`)")
+    p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    p.add_argument("--n-ctx", type=int, default=4096, help="context length in tokens (default 4096)")
+    p.add_argument("--gpu-layers", type=int, default=0, help="layers to offload to the GPU (-1: all)")
+
+
+def resolve_models(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    """The (target, draft) paths the user asked for, or the installed default pair."""
+    from specchat import catalog
+
+    if args.pair and (args.target or args.draft):
+        raise SpecchatError("give either --pair or --target/--draft, not both")
+    if args.pair:
+        return catalog.resolve_pair(args.pair)
+    if args.target:
+        return catalog.resolve_model(args.target), catalog.resolve_model(args.draft) if args.draft else None
+    if args.draft:
+        raise SpecchatError("--draft needs --target")
+    default = catalog.installed_default_pair()
+    if default is None:
+        raise SpecchatError(
+            "no model given and the default pair is not installed: run `specchat models download` "
+            "with the default pair's name (see `specchat models list`), or pass --target PATH"
+        )
+    return default
+
+
+def backend_config(args: argparse.Namespace):
+    from specchat.engine import BackendConfig
+
+    return BackendConfig(n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.gpu_layers)
+
+
+def _generate_parser(sub) -> None:
+    from specchat.engine import MODES
+
+    p = sub.add_parser("generate", help="generate one answer from the command line")
+    add_model_arguments(p)
+    p.add_argument("--prompt", required=True, help="the prompt ('-' reads standard input)")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the target's chat template")
+    p.add_argument("--system", help="system prompt (with --chat)")
+    p.add_argument("--mode", choices=MODES, default="speculative" if "auto" not in MODES else "auto")
+    p.add_argument("--k", type=int, default=4, help="draft length")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 decodes greedily")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object: text, tokens, spans, stats")
+    p.set_defaults(func=cmd_generate)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from specchat.engine import Engine, GenerationSettings, SamplingParams
+
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    try:
+        sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p)
+    except ValueError as e:
+        raise SpecchatError(str(e)) from None
+    settings = GenerationSettings(
+        mode=args.mode, k=args.k, sampling=sampling, seed=args.seed, max_tokens=args.max_tokens, stop=tuple(args.stop)
+    )
+    target, draft = resolve_models(args)
+    engine = Engine.load(target, draft if args.mode != "plain" else None, backend_config(args))
+    if args.chat:
+        messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
+            {"role": "user", "content": prompt}
+        ]
+        events = engine.chat(messages, settings)
+    else:
+        events = engine.generate(prompt, settings)
+    color = sys.stdout.isatty() and not args.json
+    tokens, spans = [], []
+    for ev in events:
+        tokens.append(ev.token)
+        if spans and spans[-1]["kind"] == ev.kind:
+            spans[-1]["text"] += ev.text
+        elif ev.text:
+            spans.append({"text": ev.text, "kind": ev.kind})
+        if not args.json:
+            sys.stdout.write(f"{_COLORS[ev.kind]}{ev.text}{_RESET}" if color and _COLORS[ev.kind] else ev.text)
+            sys.stdout.flush()
+    stats = engine.last_stats
+    if args.json:
+        text = "".join(s["text"] for s in spans)
+        print(json.dumps({"text": text, "tokens": tokens, "spans": spans, "stats": stats.to_dict()}))
+    else:
+        print(
+            f"\n[{stats.tokens} tokens, {stats.tokens_per_s:.1f} tok/s, acceptance {stats.acceptance_rate:.0%}, "
+            f"{stats.strategy}, {stats.finish_reason}]",
+            file=sys.stderr,
+        )
+    engine.close()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specchat", description=__doc__)
+    sub = parser.add_subparsers(dest="command")
+    _generate_parser(sub)
+    from specchat import bench, models_cli
+    from specchat.ui import app as ui_app
+
+    ui = sub.add_parser("ui", help="start the chat app in the browser (the default command)")
+    ui_app.add_arguments(ui)
+    ui.set_defaults(func=ui_app.main)
+    models_cli.register(sub)
+    bench.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv or ["ui"])
+    try:
+        return args.func(args)
+    except SpecchatError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,18 @@
+"""The engine: no UI, no network. Everything that touches llama.cpp or probabilities."""
+
+from specchat.engine.llama_backend import BackendConfig, LlamaModel
+from specchat.engine.sampling import SamplingParams
+from specchat.engine.speculative import MODES, Engine, GenerationSettings, TokenEvent, VerifyStep
+from specchat.engine.stats import Stats
+
+__all__ = [
+    "MODES",
+    "BackendConfig",
+    "Engine",
+    "GenerationSettings",
+    "LlamaModel",
+    "SamplingParams",
+    "Stats",
+    "TokenEvent",
+    "VerifyStep",
+]

@@ -1,0 +1,102 @@
+"""Measure what the cost model needs on this machine: t1, r(n) and c, cached per machine and setup."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import llama_cpp
+
+from specchat.engine.llama_backend import LlamaModel
+
+# Draft lengths the adaptive loop may choose from; calibration measures target batches up to K_MAX + 1.
+K_MAX = 8
+_CONTEXT = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n" * 4
+
+
+@dataclass(frozen=True)
+class Calibration:
+    t1: float  # seconds for one target token
+    r: dict[int, float]  # target batch of n tokens, in units of t1
+    c: float | None  # one draft token in units of t1; None without a draft model
+    key: str
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Calibration:
+        d = json.loads(text)
+        return cls(t1=d["t1"], r={int(n): v for n, v in d["r"].items()}, c=d["c"], key=d["key"])
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def setup_key(target: LlamaModel, draft: LlamaModel | None) -> str:
+    """Changes whenever the machine, the build, the models, threads, GPU layers or context change."""
+    parts = [_cpu_name(), llama_cpp.llama_print_system_info().decode(errors="replace")]
+    for model in (target, draft):
+        if model is not None:
+            st = model.path.stat()
+            parts += [model.path.name, str(st.st_size), str(int(st.st_mtime)), repr(model.config)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _median_decode_s(model: LlamaModel, tokens: list[int], repeats: int) -> float:
+    base = model.n_past
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        model.decode(tokens, all_logits=True)  # as verification does: logits for every position
+        times.append(time.perf_counter() - t0)
+        model.rollback(base)
+    return statistics.median(times)
+
+
+def measure(target: LlamaModel, draft: LlamaModel | None, repeats: int = 3) -> Calibration:
+    context = target.tokenize(_CONTEXT)
+    probe = context[: K_MAX + 1]
+    timings: dict[int, float] = {}
+    target.eval_prefix(context)
+    _median_decode_s(target, probe[:1], 1)  # warm-up: first decodes pay for allocations
+    for n in range(1, K_MAX + 2):
+        timings[n] = _median_decode_s(target, probe[:n], repeats)
+    t1 = timings[1]
+    c = None
+    if draft is not None:
+        draft.eval_prefix(context)
+        _median_decode_s(draft, probe[:1], 1)
+        c = _median_decode_s(draft, probe[:1], repeats * 2) / t1
+    return Calibration(
+        t1=t1, r={n: t / t1 for n, t in timings.items() if n > 1}, c=c, key=setup_key(target, draft)
+    )
+
+
+def load_or_measure(target: LlamaModel, draft: LlamaModel | None, cache_dir: Path | None) -> Calibration:
+    key = setup_key(target, draft)
+    path = cache_dir / f"calibration-{key}.json" if cache_dir is not None else None
+    if path is not None and path.is_file():
+        try:
+            cal = Calibration.from_json(path.read_text())
+            if cal.key == key:
+                return cal
+        except (ValueError, KeyError):
+            pass  # an unreadable cache is measured again
+    cal = measure(target, draft)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(cal.to_json())
+    return cal

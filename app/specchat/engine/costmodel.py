@@ -1,0 +1,53 @@
+"""When does speculation pay? The cost model of design.md, as small pure functions.
+
+t1: the target's single-token decode time; c: a draft token's cost over t1; r(n): a target batch of n tokens
+over t1; alpha: per-token acceptance. With k drafts an iteration emits E(k) tokens on average and costs
+k*c + r(k+1) target steps, so the speedup over plain decoding is S(k) = E(k) / (k*c + r(k+1)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """E(k) = (1 - alpha^(k+1)) / (1 - alpha): accepted drafts plus the correction or bonus token."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def expected_tokens_by_position(rates: Sequence[float]) -> float:
+    """E with per-position acceptance: rates[i] = P(draft i+1 accepted | drafts 1..i accepted)."""
+    total, survive = 1.0, 1.0
+    for a in rates:
+        survive *= a
+        total += survive
+    return total
+
+
+def interpolate_r(r: Mapping[int, float]) -> Callable[[int], float]:
+    """r(n) from measured points, linear between them and beyond the last one; r(1) = 1."""
+    points = sorted({1: 1.0, **r}.items())
+
+    def r_of(n: int) -> float:
+        for (n0, r0), (n1, r1) in zip(points, points[1:]):
+            if n <= n1:
+                return r0 + (r1 - r0) * (n - n0) / (n1 - n0)
+        if len(points) == 1:
+            return float(n)
+        (n0, r0), (n1, r1) = points[-2], points[-1]
+        return r1 + (r1 - r0) / (n1 - n0) * (n - n1)
+
+    return r_of
+
+
+def speedup(alpha: float, k: int, c: float, r: Callable[[int], float]) -> float:
+    if k == 0:
+        return 1.0
+    return expected_tokens(alpha, k) / (k * c + r(k + 1))
+
+
+def best_k(alpha: float, c: float, r: Callable[[int], float], k_max: int) -> tuple[int, float]:
+    """The draft length that maximizes S(k) over 0..k_max; k = 0 (plain decoding) has S = 1."""
+    return max(((k, speedup(alpha, k, c, r)) for k in range(k_max + 1)), key=lambda ks: ks[1])

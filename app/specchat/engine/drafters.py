@@ -1,0 +1,111 @@
+"""Where draft tokens come from: a draft model, prompt lookup (n-grams), or nothing (plain decoding)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from specchat.engine.llama_backend import LlamaModel
+from specchat.engine.sampling import SamplingParams, one_hot, probabilities, sample
+
+
+class Drafter:
+    name = "plain"  # what it is doing, shown to the user; may change from step to step
+
+    def __init__(self, n_vocab: int):
+        self.n_vocab = n_vocab  # the target's
+
+    def propose(
+        self, context: list[int], k: int, params: SamplingParams, rng: np.random.Generator
+    ) -> tuple[list[int], np.ndarray]:
+        """Up to k tokens to follow context (prompt + output so far), with the (n, V) rows they were drawn from.
+
+        The base class drafts nothing: plain decoding.
+        """
+        return [], np.empty((0, self.n_vocab), dtype=np.float32)
+
+    def prefill(self, context: list[int]) -> None:
+        """Process the prompt along with the target, so that it is not counted as drafting time."""
+
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
+        """What the target made of the latest proposal."""
+
+
+class ModelDrafter(Drafter):
+    name = "draft model"
+
+    def __init__(self, model: LlamaModel, n_vocab: int):
+        super().__init__(n_vocab)  # compat allows the draft a few padding rows more or less
+        self.model = model
+        # Optional early stop: (tokens drafted so far, the draft's probability of the latest) -> draft more?
+        self.stop_rule: Callable[[int, float], bool] | None = None
+
+    def prefill(self, context: list[int]) -> None:
+        self.model.eval_prefix(context[:-1] or context)
+
+    def _fit(self, logits: np.ndarray) -> np.ndarray:
+        if logits.size == self.n_vocab:
+            return logits
+        fitted = np.full(self.n_vocab, -np.inf, dtype=np.float32)
+        n = min(self.n_vocab, logits.size)
+        fitted[:n] = logits[:n]
+        return fitted
+
+    def propose(self, context, k, params, rng):
+        if k <= 0:
+            return super().propose(context, k, params, rng)
+        tokens: list[int] = []
+        rows: list[np.ndarray] = []
+        # The draft's cache holds an older context; eval_prefix decodes only what it has not seen.
+        logits = self.model.eval_prefix(context)
+        while True:
+            logits = self._fit(logits)
+            p = probabilities(logits, params)
+            token = int(np.argmax(p)) if params.greedy else sample(p, rng)
+            tokens.append(token)
+            rows.append(p)
+            if len(tokens) == k or (self.stop_rule and not self.stop_rule(len(tokens), _confidence(logits, p, token))):
+                return tokens, np.stack(rows)
+            logits = self.model.decode([token])[0]
+
+
+
+def _confidence(logits: np.ndarray, p: np.ndarray, token: int) -> float:
+    """The draft's probability for its token; greedy rows are one-hot, so use the untempered softmax there."""
+    if p[token] < 1.0:
+        return float(p[token])
+    z = np.exp(logits - logits.max())
+    return float(z[token] / z.sum())
+
+
+class LookupDrafter(Drafter):
+    """Prompt lookup decoding: continue the latest earlier occurrence of the context's last n-gram.
+
+    Costs no model call; its draft distribution is one-hot, which the acceptance rule handles exactly.
+    """
+
+    name = "prompt lookup"
+
+    def __init__(self, n_vocab: int, ngram_max: int = 3, ngram_min: int = 1):
+        super().__init__(n_vocab)
+        self.ngram_max, self.ngram_min = ngram_max, ngram_min
+
+    def find(self, context: list[int], k: int) -> list[int]:
+        ids = np.asarray(context)
+        for n in range(min(self.ngram_max, len(ids) - 1), self.ngram_min - 1, -1):
+            suffix = ids[-n:]
+            # Start positions of earlier copies of the suffix (the suffix itself excluded).
+            starts = np.flatnonzero(ids[: len(ids) - n] == suffix[0])
+            for start in starts[::-1]:
+                if np.array_equal(ids[start : start + n], suffix):
+                    follow = ids[start + n : start + n + k]
+                    if follow.size:
+                        return follow.tolist()
+        return []
+
+    def propose(self, context, k, params, rng):
+        tokens = self.find(context, k) if k > 0 else []
+        if not tokens:
+            return super().propose(context, k, params, rng)
+        return tokens, np.stack([one_hot(t, self.n_vocab) for t in tokens])

@@ -1,0 +1,179 @@
+"""One loaded GGUF model over llama-cpp-python's low-level calls.
+
+`tokens` always mirrors what the KV cache holds, so any request can reuse the longest common prefix
+(`eval_prefix`) and a closed or failed generation leaves the model consistent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+from llama_cpp import Llama
+from llama_cpp._internals import LlamaBatch
+
+from specchat.errors import ModelLoadError, PromptTooLongError
+from specchat.gguf import read_metadata
+
+_GGML_LOG_ERROR, _GGML_LOG_CONT = 3, 5
+_last_level = 0
+
+
+@llama_cpp.llama_log_callback
+def _log_errors_only(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
+    # verbose=False still lets context-setup lines through; keep llama.cpp's errors, drop the chatter.
+    global _last_level
+    if level != _GGML_LOG_CONT:
+        _last_level = level
+    if _last_level == _GGML_LOG_ERROR:
+        sys.stderr.write(text.decode("utf-8", errors="replace"))
+
+
+llama_cpp.llama_log_set(_log_errors_only, ctypes.c_void_p(0))
+
+
+def default_threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    n_ctx: int = 4096
+    n_threads: int | None = None  # single-token decodes; None: every core this process may use
+    n_threads_batch: int | None = None  # multi-token batches (prompt, verification); None: as n_threads
+    n_gpu_layers: int = 0  # -1: all layers on the GPU (CUDA / Metal builds)
+    n_batch: int = 512
+
+    @property
+    def threads(self) -> tuple[int, int]:
+        n = self.n_threads or default_threads()
+        return n, self.n_threads_batch or n
+
+
+class LlamaModel:
+    def __init__(self, path: str | Path, config: BackendConfig = BackendConfig()):
+        self.path = Path(path)
+        self.config = config
+        self.metadata = read_metadata(self.path)  # raises NotGGUFError with a clear message
+        n_threads, n_threads_batch = config.threads
+        try:
+            self.llama = Llama(
+                model_path=str(self.path),
+                n_ctx=config.n_ctx,
+                n_batch=config.n_batch,
+                n_ubatch=config.n_batch,
+                n_threads=n_threads,
+                n_threads_batch=n_threads_batch,
+                n_gpu_layers=config.n_gpu_layers,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError) as e:
+            raise ModelLoadError(f"{self.path.name}: llama.cpp could not load this model ({e})") from None
+        self._ctx = self.llama._ctx
+        self._vocab = self.llama._model.vocab
+        self.n_vocab: int = self.llama.n_vocab()
+        self.n_ctx: int = self._ctx.n_ctx()
+        self._batch = LlamaBatch(n_tokens=config.n_batch, embd=0, n_seq_max=1, verbose=False)
+        self._pieces: dict[int, bytes] = {}
+        self.tokens: list[int] = []  # what the KV cache holds, position by position
+        self.n_decoded = 0  # tokens evaluated since load: shows prefix reuse at work
+        self.eog_ids = frozenset(t for t in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t))
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("general.name", self.path.stem))
+
+    @property
+    def chat_template(self) -> str | None:
+        return self.metadata.get("tokenizer.chat_template")
+
+    def token_text(self, token: int) -> str:
+        return llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
+
+    @property
+    def bos(self) -> int:
+        return llama_cpp.llama_vocab_bos(self._vocab)
+
+    @property
+    def eos(self) -> int:
+        return llama_cpp.llama_vocab_eos(self._vocab)
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+
+    def tokenize(self, text: str, add_bos: bool = False, special: bool = True) -> list[int]:
+        return self.llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token adds to the text (special tokens render as nothing)."""
+        piece = self._pieces.get(token)
+        if piece is None:
+            buf = ctypes.create_string_buffer(64)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+            if n > len(buf):
+                buf = ctypes.create_string_buffer(n)
+                n = llama_cpp.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+            piece = self._pieces[token] = buf.raw[: max(n, 0)]
+        return piece
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def check_room(self, n_tokens: int) -> None:
+        if n_tokens > self.n_ctx:
+            raise PromptTooLongError(
+                f"the prompt is {n_tokens} tokens but the context holds {self.n_ctx}: "
+                "shorten the conversation or raise the context size"
+            )
+
+    def decode(self, tokens: Sequence[int], all_logits: bool = False) -> np.ndarray:
+        """Evaluate tokens after the cache; logits rows for every token (all_logits) or the last one.
+
+        Returns a (rows, n_vocab) float32 copy: llama.cpp reuses its buffer at the next decode.
+        """
+        if not tokens:
+            raise ValueError("decode needs at least one token")
+        self.check_room(self.n_past + len(tokens))
+        step = self.config.n_batch
+        for start in range(0, len(tokens), step):
+            chunk = tokens[start : start + step]
+            self._batch.set_batch(chunk, n_past=self.n_past, logits_all=all_logits)
+            self._ctx.decode(self._batch)
+            self.tokens.extend(chunk)
+            self.n_decoded += len(chunk)
+        rows = len(chunk) if all_logits else 1
+        ptr = llama_cpp.llama_get_logits(self._ctx.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab)).copy()
+
+    def rollback(self, n_keep: int) -> None:
+        """Forget every cached position from n_keep on."""
+        if n_keep < self.n_past:
+            self._ctx.kv_cache_seq_rm(0, n_keep, -1)
+            del self.tokens[n_keep:]
+
+    def eval_prefix(self, seq: Sequence[int]) -> np.ndarray:
+        """Make the cache hold exactly seq and return the logits after its last token.
+
+        Only what differs from the cached tokens is decoded (KV prefix reuse); the last token is always
+        decoded again when needed because llama.cpp keeps logits of the latest batch only.
+        """
+        common = next(
+            (i for i, (a, b) in enumerate(zip(self.tokens, seq)) if a != b), min(len(self.tokens), len(seq))
+        )
+        self.rollback(min(common, len(seq) - 1))
+        return self.decode(seq[self.n_past :])[0]
+
+    def close(self) -> None:
+        self._batch.close()
+        self.llama.close()

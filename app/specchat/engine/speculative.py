@@ -1,0 +1,213 @@
+"""The draft/verify loop as a generator of token events; plain decoding is the same loop with no drafts.
+
+Invariant (llama.cpp's speculative example): the target's cache holds context[:-1], where context is
+prompt + output so far and context[-1] (`last`) is the newest token, not yet evaluated by the target.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from specchat.compat import check_pair
+from specchat.engine.adaptive import AutoDrafter
+from specchat.engine.calibration import Calibration, load_or_measure
+from specchat.engine.drafters import Drafter, LookupDrafter, ModelDrafter
+from specchat.engine.llama_backend import BackendConfig, LlamaModel
+from specchat.engine.sampling import SamplingParams, probabilities
+from specchat.engine.stats import Stats
+from specchat.engine.text import TextStream
+from specchat.engine.verify import verify
+from specchat.errors import IncompatibleModelsError, SpecchatError
+
+MODES = ("auto", "speculative", "lookup", "plain")
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    mode: str = "auto"  # one of MODES
+    k: int = 4  # draft length; in auto mode the most it may choose
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = 0
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    token: int
+    text: str  # text released with this token ('' while a split character or a possible stop string waits)
+    kind: str  # "accepted" | "corrected" | "bonus" | "target"
+    draft_pos: int | None  # 1-based position in the draft (bonus: k+1); None for plain target tokens
+    stats: Stats  # live: the same object is updated as the generation goes on
+
+
+@dataclass(frozen=True)
+class VerifyStep:
+    drafts: list[int]
+    logits: np.ndarray  # (len(drafts) + 1, V): what the target produced for [last, *drafts]
+    n_accepted: int
+    next_token: int
+
+
+class Engine:
+    """A target model and an optional draft model. One generation at a time: hold `lock` to share it."""
+
+    def __init__(self, target: LlamaModel, draft: LlamaModel | None = None):
+        self.target = target
+        self.draft = draft
+        self.lock = threading.Lock()
+        self.last_stats: Stats | None = None
+        self._formatter: Jinja2ChatFormatter | None = None
+        # Sees every verify step with the target's raw logits: for tests and diagnostics, off by default.
+        self.on_verify: Callable[[VerifyStep], None] | None = None
+        self.cache_dir: Path | None = None  # where calibrations are kept between runs (set by front ends)
+        self._calibration: Calibration | None = None
+
+    @classmethod
+    def load(
+        cls, target_path: str | Path, draft_path: str | Path | None = None, config: BackendConfig = BackendConfig()
+    ) -> Engine:
+        if draft_path is not None:
+            compat = check_pair(target_path, draft_path)  # headers only: refuse before loading weights
+            if not compat.ok:
+                raise IncompatibleModelsError(
+                    f"{Path(draft_path).name} cannot draft for {Path(target_path).name}: {compat}"
+                )
+        target = LlamaModel(target_path, config)
+        draft = LlamaModel(draft_path, config) if draft_path is not None else None
+        return cls(target, draft)
+
+    def close(self) -> None:
+        for model in (self.target, self.draft):
+            if model is not None:
+                model.close()
+
+    # Prompts
+
+    def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
+        """Render the target's own chat template (from its GGUF, in a Jinja sandbox) and tokenize it."""
+        target = self.target
+        if self._formatter is None:
+            if not target.chat_template:
+                raise SpecchatError(f"{target.path.name} has no chat template; use plain completion instead")
+            self._formatter = Jinja2ChatFormatter(
+                template=target.chat_template,
+                eos_token=target.token_text(target.eos),
+                bos_token=target.token_text(target.bos),
+            )
+        try:
+            text = self._formatter(messages=list(messages)).prompt
+        except Exception as e:  # the template is untrusted input: any failure is the model file's
+            raise SpecchatError(f"the model's chat template failed to render: {e}") from None
+        return target.tokenize(text, add_bos=target.add_bos and not text.startswith(target.token_text(target.bos)))
+
+    def chat(self, messages: Sequence[dict], settings: GenerationSettings) -> Iterator[TokenEvent]:
+        return self.generate_tokens(self.chat_prompt(messages), settings)
+
+    def generate(self, prompt: str, settings: GenerationSettings) -> Iterator[TokenEvent]:
+        return self.generate_tokens(self.target.tokenize(prompt, add_bos=self.target.add_bos), settings)
+
+    # The loop
+
+    def calibration(self) -> Calibration:
+        """This machine's costs for this pair (measured once, then read from cache_dir)."""
+        if self._calibration is None:  # measuring decodes: callers sharing the engine hold `lock`, as to generate
+            self._calibration = load_or_measure(self.target, self.draft, self.cache_dir)
+        return self._calibration
+
+    def drafter(self, mode: str) -> Drafter:
+        n_vocab = self.target.n_vocab
+        if mode == "auto":
+            model = ModelDrafter(self.draft, n_vocab) if self.draft is not None else None
+            # Unigram matches are too often wrong to pay for a verify batch; they stay in plain lookup mode.
+            return AutoDrafter(self.calibration(), LookupDrafter(n_vocab, ngram_min=2), model)
+        if mode == "speculative":
+            if self.draft is None:
+                raise SpecchatError("speculative mode needs a draft model; choose one, or use lookup or plain mode")
+            return ModelDrafter(self.draft, n_vocab)
+        if mode == "lookup":
+            return LookupDrafter(n_vocab)
+        if mode == "plain":
+            return Drafter(n_vocab)
+        raise SpecchatError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+
+    def generate_tokens(self, prompt: list[int], settings: GenerationSettings) -> Iterator[TokenEvent]:
+        """Checks run now (fail fast); decoding starts at the first next()."""
+        if not prompt:
+            raise SpecchatError("the prompt is empty")
+        self.target.check_room(len(prompt) + 1)
+        return self._loop(prompt, settings, self.drafter(settings.mode))
+
+    def _loop(self, prompt: list[int], settings: GenerationSettings, drafter: Drafter) -> Iterator[TokenEvent]:
+        target, params = self.target, settings.sampling
+        rng = np.random.default_rng(settings.seed)
+        stats = self.last_stats = Stats(mode=settings.mode, strategy=drafter.name)
+        text = TextStream(settings.stop)
+        context = list(prompt)  # prompt + output; context[-1] is `last`
+
+        n_before, t0 = target.n_decoded, time.perf_counter()
+        if len(context) > 1:
+            target.eval_prefix(context[:-1])
+        else:
+            target.rollback(0)
+        drafter.prefill(context)
+        stats.prompt_tokens = target.n_decoded - n_before
+        stats.prompt_s = time.perf_counter() - t0
+
+        def emit(token: int, kind: str, pos: int | None) -> TokenEvent:
+            context.append(token)
+            stats.tokens += 1
+            piece = text.push(target.piece(token))
+            if token in target.eog_ids:
+                stats.finish_reason = "eog"
+            elif text.stopped:
+                stats.finish_reason = "stop"
+            elif stats.tokens >= settings.max_tokens or len(context) >= target.n_ctx:
+                stats.finish_reason = "length"
+            if stats.finish_reason is not None:
+                piece += text.flush()
+            return TokenEvent(token, piece, kind, pos, stats)
+
+        try:
+            while stats.finish_reason is None:
+                # Never draft past max_tokens or the context: the last slot is the target's own token.
+                room = min(settings.max_tokens - stats.tokens, target.n_ctx - len(context)) - 1
+                t_draft = time.perf_counter()
+                drafts, p_draft = drafter.propose(context, min(settings.k, room), params, rng)
+                stats.strategy = drafter.name
+                t_verify = time.perf_counter()
+                logits = target.decode([context[-1], *drafts], all_logits=True)
+                t_sample = time.perf_counter()
+                p_target = np.stack([probabilities(row, params) for row in logits])
+                n_acc, next_token = verify(drafts, p_draft, p_target, rng, greedy=params.greedy)
+                target.rollback(len(context) + n_acc)
+                drafter.observe(len(drafts), n_acc)
+                stats.draft_s += t_verify - t_draft
+                stats.verify_s += t_sample - t_verify
+                stats.sample_s += time.perf_counter() - t_sample
+                stats.iterations += 1
+                stats.k = len(drafts)
+                stats.record_verify(len(drafts) + 1, t_sample - t_verify)
+                stats.record_draft(len(drafts), n_acc)
+                if self.on_verify is not None:
+                    self.on_verify(VerifyStep(list(drafts), logits, n_acc, next_token))
+
+                new = [(t, "accepted", i + 1) for i, t in enumerate(drafts[:n_acc])]
+                if not drafts:
+                    new.append((next_token, "target", None))
+                else:
+                    new.append((next_token, "corrected" if n_acc < len(drafts) else "bonus", n_acc + 1))
+                for token, kind, pos in new:
+                    yield emit(token, kind, pos)
+                    if stats.finish_reason is not None:
+                        break
+        finally:
+            stats.finish_reason = stats.finish_reason or "closed"
+            stats.ended = time.perf_counter()

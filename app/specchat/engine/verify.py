@@ -1,0 +1,47 @@
+"""The exact acceptance rule of speculative sampling (Leviathan et al. 2023; Chen et al. 2023).
+
+Accept draft token d_i with probability min(1, p_target[i-1](d_i) / p_draft[i-1](d_i)); at the first
+rejection draw from normalize(max(0, p_target - p_draft)); after k acceptances draw a bonus token from
+p_target[k]. The emitted tokens are then distributed exactly as the target's own samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from specchat.engine.sampling import sample
+
+
+def verify(
+    draft_tokens: Sequence[int],
+    p_draft: np.ndarray,
+    p_target: np.ndarray,
+    rng: np.random.Generator,
+    greedy: bool = False,
+) -> tuple[int, int]:
+    """Return (n_accepted, next_token).
+
+    draft_tokens: k proposed ids; p_draft: (k, V) the distributions they were drawn from;
+    p_target: (k+1, V), row i the target's distribution after the prefix plus the first i draft tokens.
+    """
+    k = len(draft_tokens)
+    if p_target.shape[0] != k + 1 or (k and p_draft.shape[0] != k):
+        raise ValueError(f"shapes do not match k={k}: p_draft {p_draft.shape}, p_target {p_target.shape}")
+    if greedy:
+        for i, token in enumerate(draft_tokens):
+            best = int(np.argmax(p_target[i]))
+            if token != best:
+                return i, best
+        return k, int(np.argmax(p_target[k]))
+    for i, token in enumerate(draft_tokens):
+        q, p = float(p_draft[i, token]), float(p_target[i, token])
+        # q == 0 cannot come from sampling the draft, but a drafter may propose anything: p > 0 accepts.
+        if p >= q or rng.random() * q < p:
+            continue
+        residual = np.maximum(p_target[i] - p_draft[i], 0.0)
+        # A zero residual means p_target <= p_draft everywhere, i.e. they are equal: rejection had
+        # probability 0 but floating point got here; the target row itself is then the right law.
+        return i, sample(residual if residual.sum() > 0 else p_target[i], rng)
+    return k, sample(p_target[k], rng)

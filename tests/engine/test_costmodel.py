@@ -1,0 +1,107 @@
+"""The cost model and the adaptive choices it drives, as pure functions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specchat.engine.adaptive import AcceptanceTracker, AutoDrafter
+from specchat.engine.calibration import Calibration
+from specchat.engine.costmodel import (
+    best_k,
+    expected_tokens,
+    expected_tokens_by_position,
+    interpolate_r,
+    speedup,
+)
+from specchat.engine.drafters import LookupDrafter
+from specchat.engine.sampling import SamplingParams
+
+# design.md, measured on two EPYC cores: the Qwen2.5-Coder 1.5B target and its 0.5B draft.
+CPU_R = {2: 1.61, 3: 2.21, 4: 2.49, 5: 3.14, 9: 6.95}
+GPU_R = {n: 1.0 + 0.02 * (n - 1) for n in range(2, 10)}
+
+
+def test_expected_tokens_matches_its_series():
+    for alpha in (0.0, 0.3, 0.72, 0.9):
+        for k in range(6):
+            assert expected_tokens(alpha, k) == pytest.approx(sum(alpha**i for i in range(k + 1)))
+            assert expected_tokens_by_position([alpha] * k) == pytest.approx(expected_tokens(alpha, k))
+    assert expected_tokens(1.0, 4) == 5
+
+
+def test_interpolated_r_hits_measured_points_and_extends_the_last_slope():
+    r = interpolate_r(CPU_R)
+    assert r(1) == 1.0 and r(2) == 1.61 and r(9) == 6.95
+    assert r(6) == pytest.approx(3.14 + (6.95 - 3.14) / 4)
+    assert r(11) == pytest.approx(6.95 + 2 * (6.95 - 3.14) / 4)
+
+
+def test_design_numbers_say_a_half_cost_draft_loses_on_cpu_and_wins_on_gpu():
+    """design.md: 4.1 tokens per iteration at k=4 (alpha ~0.9) still ran at 0.75-0.82x on two cores."""
+    assert expected_tokens(0.9, 4) == pytest.approx(4.1, abs=0.01)
+    assert 0.75 < speedup(0.9, 4, 0.5, interpolate_r(CPU_R)) < 0.82
+    k, s = best_k(0.8, 0.5, interpolate_r(CPU_R), k_max=8)
+    assert (k, s) == (0, 1.0)
+    k, s = best_k(0.8, 0.1, interpolate_r(GPU_R), k_max=8)
+    assert k >= 3 and s > 2
+
+
+def test_tracker_learns_per_position_acceptance():
+    t = AcceptanceTracker(prior=0.5, weight=1.0)
+    for _ in range(50):
+        t.update(4, 2)  # positions 1-2 accepted, 3 rejected, 4 never judged
+    rates = t.rates(4)
+    assert rates[0] > 0.95 and rates[1] > 0.95 and rates[2] < 0.05
+    assert rates[3] == pytest.approx(0.5)
+
+
+def auto(r, c, k_max=8) -> AutoDrafter:
+    return AutoDrafter(Calibration(t1=0.07, r=r, c=c, key="test"), LookupDrafter(100, ngram_min=2), None)
+
+
+def test_auto_uses_lookup_on_repeated_text_and_stops_when_it_fails():
+    rng = np.random.default_rng(0)
+    drafter = auto(CPU_R, None)
+    context = list(range(10, 40)) + list(range(10, 15))  # the output repeats the prompt
+    tokens, rows = drafter.propose(context, 8, SamplingParams(), rng)
+    assert tokens and tokens[0] == 15 and rows.shape == (len(tokens), 100)
+    assert drafter.name.startswith("prompt lookup")
+    for _ in range(3):  # the target keeps rejecting: lookup stops paying
+        drafter.observe(len(tokens), 0)
+    tokens, _ = drafter.propose(context, 8, SamplingParams(), rng)
+    assert tokens == [] and drafter.name.startswith("plain")
+
+
+def test_auto_probes_again_with_a_growing_interval():
+    rng = np.random.default_rng(0)
+    drafter = auto(CPU_R, None)
+    context = list(range(10, 40)) + list(range(10, 15))
+    for _ in range(4):
+        drafter.observe(len(drafter.propose(context, 8, SamplingParams(), rng)[0]), 0)
+    gaps, since = [], 0
+    for _ in range(200):
+        tokens, _ = drafter.propose(context, 8, SamplingParams(), rng)
+        since += 1
+        if tokens:
+            gaps.append(since)
+            since = 0
+            drafter.observe(len(tokens), 0)
+    assert len(gaps) >= 3 and gaps == sorted(gaps) and gaps[-1] > gaps[0]
+
+
+def test_auto_explains_why_it_decodes_plainly():
+    drafter = AutoDrafter(Calibration(0.07, CPU_R, 0.5, "k"), LookupDrafter(100, ngram_min=2), _FakeModelDrafter())
+    tokens, _ = drafter.propose(list(range(10, 30)), 8, SamplingParams(), np.random.default_rng(0))
+    assert tokens == []
+    assert drafter.name.startswith("plain: even perfectly accepted drafts would run at 1.00x plain speed here")
+
+
+class _FakeModelDrafter(LookupDrafter):
+    """Stands in for a draft model in a pure decision test: the decision must not call it."""
+
+    def __init__(self):
+        super().__init__(100)
+
+    def propose(self, *a):  # pragma: no cover - reaching it fails the test
+        raise AssertionError("a draft that cannot pay was asked for tokens")

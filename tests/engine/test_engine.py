@@ -1,0 +1,184 @@
+"""The loop on real GGUF models through llama.cpp."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specchat.engine import Engine, GenerationSettings, SamplingParams, VerifyStep
+from specchat.engine.sampling import probabilities
+from specchat.errors import IncompatibleModelsError, NotGGUFError, PromptTooLongError
+
+CODE_PROMPT = [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}]
+GREEDY = SamplingParams(0.0)
+
+
+@pytest.fixture(scope="module")
+def qwen(qwen_pair):
+    engine = Engine.load(*qwen_pair)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    engine = Engine.load(tiny_model, tiny_model)
+    yield engine
+    engine.close()
+
+
+def run(engine: Engine, messages, **kw) -> tuple[list, list[VerifyStep]]:
+    steps: list[VerifyStep] = []
+    engine.on_verify = steps.append
+    try:
+        events = list(engine.chat(messages, GenerationSettings(**kw)))
+    finally:
+        engine.on_verify = None
+    return events, steps
+
+
+def test_qwen_draft_accepts_most_drafts_on_code(qwen):
+    events, _ = run(qwen, CODE_PROMPT, mode="speculative", k=4, max_tokens=64)
+    stats = events[-1].stats
+    assert stats.tokens == len(events) == 64
+    assert stats.acceptance_rate > 0.6, stats.to_dict()
+    assert {e.kind for e in events} >= {"accepted"}
+    assert sum(stats.drafted_by_pos) == stats.drafted and sum(stats.accepted_by_pos) == stats.accepted
+    assert stats.draft_s > 0 and stats.verify_s > 0 and stats.prompt_tokens > 10
+
+
+def test_every_greedy_token_is_what_the_rule_gives_for_the_target_logits(qwen):
+    events, steps = run(qwen, CODE_PROMPT, mode="speculative", k=3, max_tokens=40)
+    expected = []
+    for step in steps:
+        argmax = step.logits.argmax(axis=1)
+        n = step.n_accepted
+        assert step.drafts[:n] == argmax[:n].tolist()
+        assert n == len(step.drafts) or step.drafts[n] != argmax[n]
+        assert step.next_token == argmax[n]
+        expected += step.drafts[:n] + [step.next_token]
+    assert [e.token for e in events] == expected[: len(events)]
+
+
+def test_sampled_tokens_stay_in_the_transformed_target_support(qwen):
+    params = SamplingParams(0.8, top_k=5)
+    events, steps = run(qwen, CODE_PROMPT, mode="speculative", k=4, max_tokens=40, sampling=params, seed=3)
+    assert len(events) == 40
+    for step in steps:
+        p_target = np.stack([probabilities(row, params) for row in step.logits])
+        for i in range(step.n_accepted):
+            assert p_target[i, step.drafts[i]] > 0
+        assert p_target[step.n_accepted, step.next_token] > 0
+    # Same seed, same text: sampling is reproducible.
+    again, _ = run(qwen, CODE_PROMPT, mode="speculative", k=4, max_tokens=40, sampling=params, seed=3)
+    assert [e.token for e in again] == [e.token for e in events]
+
+
+def test_greedy_speculative_matches_plain_except_after_a_near_tie(qwen):
+    plain, plain_steps = run(qwen, CODE_PROMPT, mode="plain", max_tokens=96)
+    assert {e.kind for e in plain} == {"target"}
+    for k in (2, 4):
+        spec, _ = run(qwen, CODE_PROMPT, mode="speculative", k=k, max_tokens=96)
+        a, b = [e.token for e in plain], [e.token for e in spec]
+        first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        if first is not None:
+            top2 = np.sort(plain_steps[first].logits[0])[-2:]
+            margin = float(top2[1] - top2[0])
+            assert margin < 0.25, f"k={k}: texts differ at token {first} where the target's margin was {margin:.3f}"
+
+
+def test_lookup_drafts_from_the_prompt_when_output_repeats_it(qwen):
+    code = "def area(w, h):\n    result = w * h\n    return result\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+    prompt = [{"role": "user", "content": f"Rename the variable result to out in this code:\n{code}"}]
+    events, steps = run(qwen, prompt, mode="lookup", k=6, max_tokens=60)
+    stats = events[-1].stats
+    assert stats.drafted > 0 and stats.accepted > 0
+    assert stats.mean_accepted > 1.0, stats.to_dict()
+    for step in steps:  # one-hot drafts are still judged by the target's own argmax
+        assert step.drafts[: step.n_accepted] == step.logits.argmax(axis=1)[: step.n_accepted].tolist()
+
+
+def test_self_draft_accepts_every_greedy_draft(tiny):
+    events, steps = run(tiny, CODE_PROMPT, mode="speculative", k=4, max_tokens=48)
+    stats = events[-1].stats
+    assert stats.drafted > 0
+    assert stats.accepted == stats.drafted, stats.to_dict()
+    assert {e.kind for e in events} <= {"accepted", "bonus"}
+
+
+def test_incompatible_draft_is_refused_with_the_reason(qwen_pair, tiny_model):
+    with pytest.raises(IncompatibleModelsError, match="vocabulary sizes differ: target has 151936 tokens"):
+        Engine.load(qwen_pair[0], tiny_model)
+
+
+def test_closed_generator_leaves_the_engine_reusable(tiny):
+    settings = dict(mode="speculative", k=3, max_tokens=40)
+    reference = [e.token for e in run(tiny, CODE_PROMPT, **settings)[0]]
+    gen = tiny.chat(CODE_PROMPT, GenerationSettings(**settings))
+    first = [next(gen).token for _ in range(5)]
+    gen.close()
+    assert tiny.last_stats.finish_reason == "closed"
+    assert first == reference[:5]
+    assert [e.token for e in run(tiny, CODE_PROMPT, **settings)[0]] == reference
+    # Plain decoding after speculative: both models' caches were left consistent.
+    assert [e.token for e in run(tiny, CODE_PROMPT, mode="plain", max_tokens=40)[0]] == reference
+
+
+def test_multi_turn_decodes_only_the_new_tokens(tiny):
+    history = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a color."}]
+    events, _ = run(tiny, history, mode="speculative", k=3, max_tokens=12)
+    answer = "".join(e.text for e in events)
+    history += [{"role": "assistant", "content": answer}, {"role": "user", "content": "Name another one."}]
+    full = len(tiny.chat_prompt(history))
+    before = tiny.target.n_decoded
+    events, _ = run(tiny, history, mode="speculative", k=3, max_tokens=12)
+    stats = events[-1].stats
+    new_turn = len(tiny.chat_prompt(history[-1:]))
+    assert stats.prompt_tokens < full / 2, (stats.prompt_tokens, full)
+    assert stats.prompt_tokens <= new_turn + 8
+    assert tiny.target.n_decoded - before < full
+
+
+def test_text_is_utf8_safe_and_complete(tiny):
+    prompt = [{"role": "user", "content": "Repeat exactly: naïve café 日本語 🙂 über ñandú 🙂"}]
+    events, _ = run(tiny, prompt, mode="speculative", k=4, max_tokens=40)
+    text = "".join(e.text for e in events)
+    assert "\ufffd" not in text
+    assert text == tiny.target.detokenize([e.token for e in events])
+    assert any(ord(ch) > 0x7F for ch in text)
+
+
+def test_stop_string_ends_the_answer_before_it(tiny):
+    prompt = [{"role": "user", "content": "List three fruits, one per line."}]
+    events, _ = run(tiny, prompt, mode="speculative", k=4, max_tokens=80, stop=("\n",))
+    text = "".join(e.text for e in events)
+    assert "\n" not in text and text
+    assert events[-1].stats.finish_reason == "stop"
+
+
+def test_prompt_longer_than_the_context_is_refused(tiny_model):
+    from specchat.engine import BackendConfig
+
+    engine = Engine.load(tiny_model, None, BackendConfig(n_ctx=128))
+    try:
+        with pytest.raises(PromptTooLongError, match="context holds 128"):
+            engine.generate("word " * 300, GenerationSettings(mode="plain"))
+        # The limit also ends an answer that reaches it, without an error.
+        events = list(engine.generate("Count: 1 2 3", GenerationSettings(mode="plain", max_tokens=500)))
+        assert events[-1].stats.finish_reason in ("length", "eog")
+        assert len(engine.target.tokens) <= 128
+    finally:
+        engine.close()
+
+
+def test_files_that_are_not_models_are_refused(tmp_path, tiny_model):
+    fake = tmp_path / "notes.gguf"
+    fake.write_text("hello")
+    with pytest.raises(NotGGUFError, match="not a GGUF model file"):
+        Engine.load(fake)
+    with pytest.raises(NotGGUFError, match="no such file"):
+        Engine.load(tmp_path / "missing.gguf")
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(tiny_model.read_bytes()[:4096])
+    with pytest.raises(NotGGUFError, match="truncated or corrupt"):
+        Engine.load(truncated)

@@ -1,0 +1,162 @@
+"""The acceptance rule, statistically: whatever the draft, emitted tokens follow p_target exactly."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specchat.engine.sampling import SamplingParams, probabilities, sample
+from specchat.engine.verify import verify
+
+V = 12
+DRAWS = 30_000
+
+
+def chi_square_p(counts: np.ndarray, probs: np.ndarray) -> float:
+    """p-value of Pearson's chi-square test (Wilson-Hilferty normal approximation, no scipy needed)."""
+    support = probs > 0
+    assert counts[~support].sum() == 0, f"tokens outside the target's support were emitted: {counts[~support]}"
+    n = counts.sum()
+    expected = probs[support] * n
+    chi2 = float(((counts[support] - expected) ** 2 / expected).sum())
+    dof = int(support.sum()) - 1
+    if dof == 0:
+        return 1.0
+    z = ((chi2 / dof) ** (1 / 3) - (1 - 2 / (9 * dof))) / np.sqrt(2 / (9 * dof))
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def first_token_distribution(p_draft_row, p_target_rows, k, rng, draws=DRAWS) -> np.ndarray:
+    """Histogram of the first emitted token when drafts are drawn from p_draft_row at every position."""
+    counts = np.zeros(V, dtype=np.int64)
+    p_draft = np.tile(p_draft_row, (k, 1))
+    for _ in range(draws):
+        drafts = [sample(p_draft_row, rng) for _ in range(k)]
+        n, nxt = verify(drafts, p_draft, p_target_rows, rng)
+        counts[drafts[0] if n >= 1 else nxt] += 1
+    return counts
+
+
+def dist(rng, sparsity=0.0) -> np.ndarray:
+    p = rng.dirichlet(np.ones(V) * 0.7)
+    p[rng.random(V) < sparsity] = 0
+    if p.sum() == 0:
+        p[rng.integers(V)] = 1
+    return p / p.sum()
+
+
+@pytest.mark.parametrize("case", ["random", "far", "disjoint", "draft_one_hot", "equal"])
+def test_first_token_follows_target(case):
+    rng = np.random.default_rng(1234)
+    p_target = dist(rng)
+    p_draft = {
+        "random": dist(rng),
+        "far": np.roll(p_target, V // 2) ** 4 / (np.roll(p_target, V // 2) ** 4).sum(),
+        "disjoint": np.where(p_target < np.median(p_target), 1.0, 0.0),
+        "draft_one_hot": np.eye(V)[int(np.argmin(p_target))],
+        "equal": p_target.copy(),
+    }[case]
+    p_draft = p_draft / p_draft.sum()
+    if case == "disjoint":
+        p_target = np.where(p_draft > 0, 0.0, p_target)
+        p_target /= p_target.sum()
+    counts = first_token_distribution(p_draft, np.tile(p_target, (3, 1)), k=2, rng=rng)
+    assert chi_square_p(counts, p_target) > 1e-3
+
+
+def test_joint_distribution_of_two_tokens_with_position_dependent_targets():
+    """Both emitted positions, the bonus token included, follow the target's conditional laws."""
+    rng = np.random.default_rng(7)
+    p_target = np.stack([dist(rng), dist(rng)])  # row 1 is the target after any first token (context-free)
+    p_draft_row = dist(rng)
+    counts = np.zeros((V, V), dtype=np.int64)
+    for _ in range(DRAWS):
+        d = sample(p_draft_row, rng)
+        n, nxt = verify([d], p_draft_row[None], p_target, rng)
+        if n == 1:
+            counts[d, nxt] += 1
+        else:
+            counts[nxt, sample(p_target[1], rng)] += 1  # what the next iteration would sample
+    joint = np.outer(p_target[0], p_target[1]).ravel()
+    # Merge rare cells so every expected count is large enough for the chi-square approximation.
+    order = np.argsort(joint)
+    rare = order[np.cumsum(joint[order]) < 0.02]
+    keep = np.setdiff1d(np.arange(V * V), rare)
+    c, p = counts.ravel(), joint
+    merged_c = np.append(c[keep], c[rare].sum())
+    merged_p = np.append(p[keep], p[rare].sum())
+    assert chi_square_p(merged_c, merged_p) > 1e-3
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(0.8, top_k=4), SamplingParams(1.3, top_p=0.7), SamplingParams(1.0, min_p=0.2)],
+)
+def test_with_truncating_transforms(params):
+    """Both models through the same transform: the output follows the transformed target, never outside its support."""
+    rng = np.random.default_rng(99)
+    logits_t, logits_d = rng.normal(size=V) * 2, rng.normal(size=V) * 2
+    p_target, p_draft = probabilities(logits_t, params), probabilities(logits_d, params)
+    counts = first_token_distribution(p_draft, np.tile(p_target, (2, 1)), k=1, rng=rng)
+    assert chi_square_p(counts, p_target.astype(np.float64)) > 1e-3
+
+
+def test_transforms_keep_what_they_promise():
+    logits = np.log(np.array([0.5, 0.2, 0.15, 0.1, 0.05]))
+    assert np.count_nonzero(probabilities(logits, SamplingParams(1.0, top_k=2))) == 2
+    # top-p 0.7: 0.5 alone is short of it, 0.5 + 0.2 reaches it.
+    assert np.count_nonzero(probabilities(logits, SamplingParams(1.0, top_p=0.7))) == 2
+    assert np.count_nonzero(probabilities(logits, SamplingParams(1.0, top_p=0.71))) == 3
+    # min-p 0.3: keep p >= 0.15.
+    assert np.count_nonzero(probabilities(logits, SamplingParams(1.0, min_p=0.3))) == 3
+    p = probabilities(logits, SamplingParams(0.0))
+    assert p.tolist() == [1, 0, 0, 0, 0]
+    big = np.random.default_rng(0).normal(size=151936).astype(np.float32)
+    q = probabilities(big, SamplingParams(0.7, top_p=0.9))
+    assert abs(q.sum() - 1) < 1e-4 and np.isfinite(q).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    k=st.integers(0, 5),
+    seed=st.integers(0, 2**32 - 1),
+    draft_zero=st.booleans(),
+)
+def test_corners_never_nan_and_stay_in_range(k, seed, draft_zero):
+    rng = np.random.default_rng(seed)
+    p_target = np.stack([dist(rng, sparsity=0.6) for _ in range(k + 1)])
+    p_draft = np.stack([dist(rng, sparsity=0.6) for _ in range(k)]) if k else np.empty((0, V))
+    drafts = [int(rng.integers(V)) for _ in range(k)]
+    if draft_zero and k:
+        p_draft[0, drafts[0]] = 0.0  # a proposal its own distribution gives probability 0
+    n, nxt = verify(drafts, p_draft, p_target, rng)
+    assert 0 <= n <= k and 0 <= nxt < V
+    assert p_target[n, nxt] > 0
+
+
+def test_residual_of_identical_rows_falls_back_to_target():
+    p = np.array([0.5, 0.5, 0.0])
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n, nxt = verify([0], p[None], np.stack([p, p]), rng)
+        assert n == 1  # p_target >= p_draft always accepts
+    assert nxt in (0, 1)
+
+
+def test_greedy_accepts_exactly_the_argmax_prefix():
+    rng = np.random.default_rng(0)
+    p_target = np.stack([np.eye(V)[t] * 0.6 + 0.4 / V for t in (3, 5, 7, 9)])
+    p_draft = np.ones((3, V)) / V
+    assert verify([3, 5, 7], p_draft, p_target, rng, greedy=True) == (3, 9)
+    assert verify([3, 6, 7], p_draft, p_target, rng, greedy=True) == (1, 5)
+    assert verify([4, 5, 7], p_draft, p_target, rng, greedy=True) == (0, 3)
+    assert verify([], np.empty((0, V)), p_target[:1], rng, greedy=True) == (0, 3)
+
+
+def test_shape_mismatch_is_refused():
+    with pytest.raises(ValueError):
+        verify([1, 2], np.ones((2, V)) / V, np.ones((2, V)) / V, np.random.default_rng(0))
