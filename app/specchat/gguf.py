@@ -51,7 +51,7 @@ class _Reader:
                 raw = self.take(struct.calcsize(fmt) * count)
                 return list(struct.unpack(f"<{count}{fmt[1]}", raw))
             if count > len(self.buf):
-                raise NotGGUFError(f"{self.path}: corrupt GGUF header (array of {count} items)")
+                raise NotGGUFError(f"{self.path}: truncated or corrupt GGUF header (array of {count} items)")
             return [self.value(item_type) for _ in range(count)]
         raise NotGGUFError(f"{self.path}: corrupt GGUF header (unknown value type {vtype})")
 

@@ -92,8 +92,8 @@ def test_lookup_drafts_from_the_prompt_when_output_repeats_it(qwen):
     prompt = [{"role": "user", "content": f"Rename the variable result to out in this code:\n{code}"}]
     events, steps = run(qwen, prompt, mode="lookup", k=6, max_tokens=60)
     stats = events[-1].stats
-    assert stats.drafted > 0 and stats.accepted > 0
-    assert stats.mean_accepted > 1.0, stats.to_dict()
+    # The answer copies the code: a third of its tokens or more come from accepted lookups.
+    assert stats.accepted >= stats.tokens / 3, stats.to_dict()
     for step in steps:  # one-hot drafts are still judged by the target's own argmax
         assert step.drafts[: step.n_accepted] == step.logits.argmax(axis=1)[: step.n_accepted].tolist()
 
@@ -113,6 +113,7 @@ def test_incompatible_draft_is_refused_with_the_reason(qwen_pair, tiny_model):
 
 def test_closed_generator_leaves_the_engine_reusable(tiny):
     settings = dict(mode="speculative", k=3, max_tokens=40)
+    plain = [e.token for e in run(tiny, CODE_PROMPT, mode="plain", max_tokens=40)[0]]
     reference = [e.token for e in run(tiny, CODE_PROMPT, **settings)[0]]
     gen = tiny.chat(CODE_PROMPT, GenerationSettings(**settings))
     first = [next(gen).token for _ in range(5)]
@@ -120,8 +121,9 @@ def test_closed_generator_leaves_the_engine_reusable(tiny):
     assert tiny.last_stats.finish_reason == "closed"
     assert first == reference[:5]
     assert [e.token for e in run(tiny, CODE_PROMPT, **settings)[0]] == reference
-    # Plain decoding after speculative: both models' caches were left consistent.
-    assert [e.token for e in run(tiny, CODE_PROMPT, mode="plain", max_tokens=40)[0]] == reference
+    # Plain decoding after speculative gives what it gave before: both caches were left consistent. (Plain
+    # and speculative texts themselves may part at a near-tie: the batch shape changes the logits slightly.)
+    assert [e.token for e in run(tiny, CODE_PROMPT, mode="plain", max_tokens=40)[0]] == plain
 
 
 def test_multi_turn_decodes_only_the_new_tokens(tiny):
@@ -139,13 +141,23 @@ def test_multi_turn_decodes_only_the_new_tokens(tiny):
     assert tiny.target.n_decoded - before < full
 
 
-def test_text_is_utf8_safe_and_complete(tiny):
-    prompt = [{"role": "user", "content": "Repeat exactly: naïve café 日本語 🙂 über ñandú 🙂"}]
-    events, _ = run(tiny, prompt, mode="speculative", k=4, max_tokens=40)
+def test_text_is_utf8_safe_and_complete(qwen):
+    ask = "Write one line: five animal emoji (🦩 🦔 🦦 🦥 🐙), then 'thank you' in Japanese."
+    prompt = [{"role": "user", "content": ask}]
+    events, _ = run(qwen, prompt, mode="speculative", k=4, max_tokens=40)
+
+    def whole(piece: bytes) -> bool:
+        try:
+            piece.decode("utf-8")
+            return True
+        except UnicodeDecodeError:
+            return False
+
+    # The answer really has characters split across tokens, and none shows as a broken glyph.
+    assert not all(whole(qwen.target.piece(e.token)) for e in events)
     text = "".join(e.text for e in events)
-    assert "\ufffd" not in text
-    assert text == tiny.target.detokenize([e.token for e in events])
-    assert any(ord(ch) > 0x7F for ch in text)
+    assert "\ufffd" not in text and any(ord(ch) > 0xFFFF for ch in text)
+    assert text == qwen.target.detokenize([e.token for e in events])
 
 
 def test_stop_string_ends_the_answer_before_it(tiny):
@@ -161,12 +173,12 @@ def test_prompt_longer_than_the_context_is_refused(tiny_model):
 
     engine = Engine.load(tiny_model, None, BackendConfig(n_ctx=128))
     try:
-        with pytest.raises(PromptTooLongError, match="context holds 128"):
+        with pytest.raises(PromptTooLongError, match=f"context holds {engine.target.n_ctx}"):
             engine.generate("word " * 300, GenerationSettings(mode="plain"))
         # The limit also ends an answer that reaches it, without an error.
         events = list(engine.generate("Count: 1 2 3", GenerationSettings(mode="plain", max_tokens=500)))
         assert events[-1].stats.finish_reason in ("length", "eog")
-        assert len(engine.target.tokens) <= 128
+        assert len(engine.target.tokens) <= engine.target.n_ctx
     finally:
         engine.close()
 

@@ -108,11 +108,11 @@ def test_with_truncating_transforms(params):
 def test_transforms_keep_what_they_promise():
     logits = np.log(np.array([0.5, 0.2, 0.15, 0.1, 0.05]))
     assert np.count_nonzero(probabilities(logits, SamplingParams(1.0, top_k=2))) == 2
-    # top-p 0.7: 0.5 alone is short of it, 0.5 + 0.2 reaches it.
-    assert np.count_nonzero(probabilities(logits, SamplingParams(1.0, top_p=0.7))) == 2
+    # top-p: the smallest prefix whose mass reaches it (0.5 + 0.2 reaches 0.69, not 0.71).
+    assert np.count_nonzero(probabilities(logits, SamplingParams(1.0, top_p=0.69))) == 2
     assert np.count_nonzero(probabilities(logits, SamplingParams(1.0, top_p=0.71))) == 3
-    # min-p 0.3: keep p >= 0.15.
-    assert np.count_nonzero(probabilities(logits, SamplingParams(1.0, min_p=0.3))) == 3
+    # min-p 0.29: keep p >= 0.145.
+    assert np.count_nonzero(probabilities(logits, SamplingParams(1.0, min_p=0.29))) == 3
     p = probabilities(logits, SamplingParams(0.0))
     assert p.tolist() == [1, 0, 0, 0, 0]
     big = np.random.default_rng(0).normal(size=151936).astype(np.float32)

@@ -80,9 +80,11 @@ def _confidence(logits: np.ndarray, p: np.ndarray, token: int) -> float:
 
 
 class LookupDrafter(Drafter):
-    """Prompt lookup decoding: continue the latest earlier occurrence of the context's last n-gram.
+    """Prompt lookup decoding: continue an earlier occurrence of the context's last n-gram.
 
-    Costs no model call; its draft distribution is one-hot, which the acceptance rule handles exactly.
+    Longer n-grams first. Among equal matches it keeps following the copy it followed last step (output that
+    repeats its input moves through it in order), else takes the earliest. Costs no model call; its draft
+    distribution is one-hot, which the acceptance rule handles exactly.
     """
 
     name = "prompt lookup"
@@ -90,18 +92,20 @@ class LookupDrafter(Drafter):
     def __init__(self, n_vocab: int, ngram_max: int = 3, ngram_min: int = 1):
         super().__init__(n_vocab)
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
+        self._copy_from = -1  # where in the context the latest proposal was copied from
 
     def find(self, context: list[int], k: int) -> list[int]:
         ids = np.asarray(context)
         for n in range(min(self.ngram_max, len(ids) - 1), self.ngram_min - 1, -1):
             suffix = ids[-n:]
-            # Start positions of earlier copies of the suffix (the suffix itself excluded).
+            # Earlier copies of the suffix (the suffix itself excluded) that have a continuation.
             starts = np.flatnonzero(ids[: len(ids) - n] == suffix[0])
-            for start in starts[::-1]:
-                if np.array_equal(ids[start : start + n], suffix):
-                    follow = ids[start + n : start + n + k]
-                    if follow.size:
-                        return follow.tolist()
+            matches = [int(s) + n for s in starts if np.array_equal(ids[s : s + n], suffix)]
+            if matches:
+                # Continuing the previous copy means its source lies just past where the last one started.
+                ahead = [m for m in matches if self._copy_from < m <= self._copy_from + k + 1]
+                self._copy_from = ahead[0] if ahead else matches[0]
+                return ids[self._copy_from : self._copy_from + k].tolist()
         return []
 
     def propose(self, context, k, params, rng):

@@ -79,6 +79,7 @@ class LlamaModel:
         self._vocab = self.llama._model.vocab
         self.n_vocab: int = self.llama.n_vocab()
         self.n_ctx: int = self._ctx.n_ctx()
+        self.n_batch: int = llama_cpp.llama_n_batch(self._ctx.ctx)  # llama.cpp may lower it for a small context
         self._batch = LlamaBatch(n_tokens=config.n_batch, embd=0, n_seq_max=1, verbose=False)
         self._pieces: dict[int, bytes] = {}
         self.tokens: list[int] = []  # what the KV cache holds, position by position
@@ -145,7 +146,7 @@ class LlamaModel:
         if not tokens:
             raise ValueError("decode needs at least one token")
         self.check_room(self.n_past + len(tokens))
-        step = self.config.n_batch
+        step = self.n_batch
         for start in range(0, len(tokens), step):
             chunk = tokens[start : start + step]
             self._batch.set_batch(chunk, n_past=self.n_past, logits_all=all_logits)

@@ -1,0 +1,56 @@
+"""`specchat generate` as a user runs it: a real process, real models."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def specchat(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "specchat", *args], capture_output=True, text=True, input=stdin, timeout=600
+    )
+
+
+def test_generate_json_reports_text_tokens_spans_and_stats(tiny_model):
+    run = specchat(
+        "generate", "--target", str(tiny_model), "--draft", str(tiny_model), "--chat", "--mode", "speculative",
+        "--k", "3", "--max-tokens", "24", "--prompt", "Write a haiku about the sea.", "--json",
+    )
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert len(out["tokens"]) == out["stats"]["tokens"] > 0
+    assert "".join(s["text"] for s in out["spans"]) == out["text"] and out["text"].strip()
+    assert {s["kind"] for s in out["spans"]} <= {"accepted", "bonus"}
+    for key in ("tokens_per_s", "drafted", "accepted", "acceptance_rate", "iterations", "wall_s"):
+        assert key in out["stats"]
+    assert out["stats"]["drafted"] > 0 and out["stats"]["acceptance_rate"] == 1.0
+    assert run.stderr == ""  # llama.cpp's chatter stays silent
+
+
+def test_generate_streams_plain_text_and_reads_stdin(tiny_model):
+    run = specchat("generate", "--target", str(tiny_model), "--mode", "plain", "--max-tokens", "8", "--prompt", "-",
+                   stdin="The capital of France is")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip()
+    assert "8 tokens" in run.stderr and "plain" in run.stderr
+
+
+def test_errors_are_one_clear_line_without_traceback(tmp_path, tiny_model, qwen_pair):
+    not_gguf = tmp_path / "model.gguf"
+    not_gguf.write_text("not a model")
+    cases = {
+        (str(not_gguf), None): "not a GGUF model file",
+        (str(tmp_path / "missing.gguf"), None): "missing.gguf",
+        (str(qwen_pair[0]), str(tiny_model)): "cannot draft for",
+    }
+    for (target, draft), expected in cases.items():
+        args = ["generate", "--target", target, "--prompt", "hi", "--mode", "speculative" if draft else "plain"]
+        run = specchat(*args, *(["--draft", draft] if draft else []))
+        assert run.returncode == 1
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], run.stderr
+    long_prompt = "word " * 400  # llama.cpp rounds small contexts up to 256 tokens
+    run = specchat("generate", "--target", str(tiny_model), "--n-ctx", "64", "--mode", "plain", "--prompt", long_prompt)
+    assert run.returncode == 1 and "context holds" in run.stderr and "Traceback" not in run.stderr
