@@ -99,7 +99,7 @@ class AutoDrafter(Drafter):
             step = self._try(self.lookup_source, len(found), lambda n: self.lookup.propose(context, n, params, rng))
             if step is not None:
                 return step
-        if self.model_source is not None and self.model_source.ceiling(self.r, k) > MIN_GAIN:
+        if self.model_source is not None:
             step = self._try(self.model_source, k, lambda n: self.model.propose(context, n, params, rng))
             if step is not None:
                 return step
@@ -108,7 +108,8 @@ class AutoDrafter(Drafter):
 
     def _try(self, source: Source, k_max: int, draft):
         k, s = source.plan(self.r, k_max)
-        probing = k == 0 and source.probe_due()
+        # Probe only a source that could pay at all here, and only now and then.
+        probing = k == 0 and source.ceiling(self.r, k_max) > MIN_GAIN and source.probe_due()
         if k == 0 and not probing:
             return None
         self._last = (source, probing)

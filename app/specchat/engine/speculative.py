@@ -67,7 +67,7 @@ class Engine:
         self._formatter: Jinja2ChatFormatter | None = None
         # Sees every verify step with the target's raw logits: for tests and diagnostics, off by default.
         self.on_verify: Callable[[VerifyStep], None] | None = None
-        self.cache_dir: Path | None = None  # where calibrations are kept between runs (set by front ends)
+        self.cache_dir: Path | None = None  # where calibrations are kept; None: specchat's cache folder
         self._calibration: Calibration | None = None
 
     @classmethod
@@ -119,7 +119,9 @@ class Engine:
     def calibration(self) -> Calibration:
         """This machine's costs for this pair (measured once, then read from cache_dir)."""
         if self._calibration is None:  # measuring decodes: callers sharing the engine hold `lock`, as to generate
-            self._calibration = load_or_measure(self.target, self.draft, self.cache_dir)
+            from specchat.catalog import cache_dir
+
+            self._calibration = load_or_measure(self.target, self.draft, self.cache_dir or cache_dir())
         return self._calibration
 
     def drafter(self, mode: str) -> Drafter:

@@ -1,0 +1,85 @@
+"""auto mode on real models: calibrated, adaptive, and still exact."""
+
+from __future__ import annotations
+
+import pytest
+
+from specchat.engine import Engine, GenerationSettings, VerifyStep
+from specchat.engine.calibration import Calibration, load_or_measure
+
+CODE = "def area(w, h):\n    result = w * h\n    return result\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
+EDIT = [{"role": "user", "content": f"Rename the variable result to out in this code:\n{CODE}"}]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model, tmp_path_factory):
+    engine = Engine.load(tiny_model, tiny_model)
+    engine.cache_dir = tmp_path_factory.mktemp("cache")
+    yield engine
+    engine.close()
+
+
+def run(engine, messages, **kw) -> tuple[list, list[tuple[str, VerifyStep]]]:
+    """Events, and each verify step with the strategy that drafted it."""
+    steps: list[tuple[str, VerifyStep]] = []
+    engine.on_verify = lambda step: steps.append((engine.last_stats.strategy, step))
+    try:
+        return list(engine.chat(messages, GenerationSettings(mode="auto", **kw))), steps
+    finally:
+        engine.on_verify = None
+
+
+def test_calibration_measures_once_and_is_cached(tiny):
+    cal = tiny.calibration()
+    assert cal.t1 > 0 and cal.c is not None and cal.c > 0
+    assert sorted(cal.r) == list(range(2, 10)) and all(v > 0 for v in cal.r.values())
+    files = list(tiny.cache_dir.glob("calibration-*.json"))
+    assert len(files) == 1
+    stamp = files[0].stat().st_mtime_ns
+    again = load_or_measure(tiny.target, tiny.draft, tiny.cache_dir)
+    assert again == cal and files[0].stat().st_mtime_ns == stamp
+    # Another setup (no draft) is another key, measured anew.
+    assert load_or_measure(tiny.target, None, tiny.cache_dir).key != cal.key
+
+
+def test_auto_drafts_with_the_model_where_drafts_are_cheap_and_stays_exact(tiny):
+    real = tiny.calibration()
+    # A GPU-like machine: batches cost about one step and the draft a tenth of one.
+    tiny._calibration = Calibration(real.t1, {n: 1.0 + 0.02 * n for n in range(2, 10)}, 0.1, real.key)
+    try:
+        events, steps = run(tiny, [{"role": "user", "content": "Write a haiku about rain."}], k=6, max_tokens=40)
+    finally:
+        tiny._calibration = real
+    by_model = [step for strategy, step in steps if strategy.startswith("draft model")]
+    assert len(by_model) >= 3
+    # The model drafting for itself: every greedy draft is the target's own choice.
+    assert all(step.n_accepted == len(step.drafts) > 0 for step in by_model)
+    for _, step in steps:
+        assert step.drafts[: step.n_accepted] == step.logits.argmax(axis=1)[: step.n_accepted].tolist()
+
+
+def test_auto_decodes_plainly_when_drafts_cannot_pay_and_says_why(tiny):
+    real = tiny.calibration()
+    # A slow-batch machine: each extra token in a batch costs a full step and the draft as much again.
+    tiny._calibration = Calibration(real.t1, {n: float(n) for n in range(2, 10)}, 1.0, real.key)
+    try:
+        events, steps = run(tiny, [{"role": "user", "content": "Name three colors."}], max_tokens=24)
+    finally:
+        tiny._calibration = real
+    stats = events[-1].stats
+    assert stats.drafted == 0 and {e.kind for e in events} == {"target"}
+    # Best case for the draft: k=1, 2 tokens for 1 + r(2) = 3 steps. Lookup (free) at best breaks even: no probes.
+    assert {s for s, _ in steps} == {"plain: even perfectly accepted drafts would run at 0.67x plain speed here"}
+
+
+def test_auto_uses_prompt_lookup_when_the_answer_repeats_the_prompt(qwen_pair, tmp_path):
+    engine = Engine.load(*qwen_pair)
+    engine.cache_dir = tmp_path
+    try:
+        events, steps = run(engine, EDIT, k=8, max_tokens=80)
+    finally:
+        engine.close()
+    stats = events[-1].stats
+    assert any(s.startswith("prompt lookup") for s, _ in steps), {s for s, _ in steps}
+    assert stats.accepted > 10
+    assert "out = w * h" in "".join(e.text for e in events)

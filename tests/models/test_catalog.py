@@ -1,0 +1,279 @@
+"""The catalog (shipped, user overlay, replacement), the data folders, local models and name resolution."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import platformdirs
+import pytest
+
+from specchat import catalog as cat
+from specchat.errors import NotGGUFError, SpecchatError
+
+from .support import QWEN_DRAFT, QWEN_TARGET, REPO_ROOT, need, run_cli, write_catalog
+
+REQUIRED_PAIRS = {"qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b", "qwen2.5-coder-1.5b", "qwen2.5-coder-7b"}
+REQUIRED_PAIRS |= {"llama-3.2-3b", "llama-3.1-8b", "gemma-3-4b"}
+
+
+def test_shipped_catalog_is_complete_and_well_formed():
+    catalog = cat.load_catalog()
+
+    assert set(catalog.pairs) >= REQUIRED_PAIRS and len(catalog.pairs) >= 6
+    default = catalog.default_pair
+    assert default.name == "qwen2.5-1.5b"
+    target, draft = catalog.models[default.target], catalog.models[default.draft]
+    assert (target.repo, target.file) == ("Qwen/Qwen2.5-1.5B-Instruct-GGUF", "qwen2.5-1.5b-instruct-q4_k_m.gguf")
+    assert (draft.repo, draft.file) == ("Qwen/Qwen2.5-0.5B-Instruct-GGUF", "qwen2.5-0.5b-instruct-q4_k_m.gguf")
+    for pair in catalog.pairs.values():
+        assert pair.description and pair.license and pair.context_length >= 2048 and 1 <= pair.draft_length <= 16
+        assert pair.target in catalog.models and pair.draft in catalog.models and pair.target != pair.draft
+    for model in catalog.models.values():
+        assert model.file.endswith(".gguf") and "/" in model.repo
+        assert model.size and model.size > 100_000_000
+        assert model.sha256 and re.fullmatch(r"[0-9a-f]{64}", model.sha256)
+        assert model.quantization == "Q4_K_M" and model.license
+    # A draft much smaller than its target is the point of speculative decoding.
+    for pair in catalog.pairs.values():
+        assert catalog.models[pair.draft].size < catalog.models[pair.target].size / 1.5
+
+
+def test_source_checkout_reads_the_repository_root_catalog():
+    where, text = cat.shipped_catalog()
+    assert Path(where) == REPO_ROOT / "models.toml"
+    assert text == (REPO_ROOT / "models.toml").read_text(encoding="utf-8")
+
+
+def test_a_built_wheel_carries_the_catalog_and_finds_it(tmp_path: Path):
+    """`pip install .` must find models.toml: build the wheel from pyproject.toml, install it, load the catalog."""
+    pytest.importorskip("hatchling", reason="hatchling (the build backend) is not installed, so no wheel can be built")
+    src = tmp_path / "src"
+    shutil.copytree(REPO_ROOT / "app", src / "app", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "models.toml"):
+        shutil.copy(REPO_ROOT / name, src / name)
+    # Other files the build needs belong to other parts of the project; when they are not written yet an empty
+    # stand-in lets the wheel build, which is all this test needs of them.
+    for name in ("README.md", "benchmarks/suite.jsonl"):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        if (REPO_ROOT / name).is_file():
+            shutil.copy(REPO_ROOT / name, src / name)
+        else:
+            (src / name).write_text("", encoding="utf-8")
+    wheels, target = tmp_path / "wheels", tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    build = subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", wheels, src], capture_output=True)
+    assert build.returncode == 0, build.stderr.decode()[-2000:]
+    wheel = next(wheels.glob("specchat-*.whl"))
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read("specchat/models.toml") == (REPO_ROOT / "models.toml").read_bytes()
+    install = subprocess.run([*pip, "install", "--no-deps", "--target", target, wheel], capture_output=True)
+    assert install.returncode == 0, install.stderr.decode()[-2000:]
+
+    probe = (
+        "import json, specchat; from specchat.catalog import load_catalog; c = load_catalog();"
+        " print(json.dumps([specchat.__file__, c.sources, c.default, len(c.pairs)]))"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(target), "SPECCHAT_HOME": str(tmp_path / "home")}
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    module, sources, default, n_pairs = json.loads(run.stdout)
+    assert Path(module).is_relative_to(target)
+    assert sources == [str(target / "specchat" / "models.toml")]
+    assert default == "qwen2.5-1.5b" and n_pairs == len(cat.load_catalog().pairs)
+
+
+def test_specchat_home_moves_every_folder(specchat_home: Path, monkeypatch):
+    assert cat.data_dir() == specchat_home
+    assert cat.config_dir() == specchat_home / "config"
+    assert cat.cache_dir() == specchat_home / "cache"
+    model = cat.load_catalog().models["qwen2.5-0.5b-instruct"]
+    assert model.path == specchat_home / "models" / "Qwen--Qwen2.5-0.5B-Instruct-GGUF" / model.file
+
+    monkeypatch.delenv("SPECCHAT_HOME")
+    assert cat.data_dir() == Path(platformdirs.user_data_dir("specchat", appauthor=False))
+    assert cat.config_dir() == Path(platformdirs.user_config_dir("specchat", appauthor=False))
+    assert cat.cache_dir() == Path(platformdirs.user_cache_dir("specchat", appauthor=False))
+
+
+USER_CATALOG = """
+default_pair = "tiny-qwen"
+
+[pairs."tiny-qwen"]
+description = "the 0.5B drafting for itself"
+target = "qwen2.5-0.5b-instruct"
+draft = "qwen2.5-0.5b-instruct"
+
+[pairs."qwen2.5-7b"]
+target = "qwen2.5-7b-instruct"
+draft = "qwen2.5-0.5b-instruct"
+draft_length = 8
+
+[models."qwen2.5-0.5b-instruct"]
+repo = "someone/Qwen2.5-0.5B-Instruct-GGUF"
+file = "qwen2.5-0.5b-instruct-q8_0.gguf"
+"""
+
+
+def test_user_catalog_adds_and_overrides_entries():
+    write_catalog(cat.user_catalog_path(), USER_CATALOG)
+
+    catalog = cat.load_catalog()
+
+    shipped = set(cat.load_catalog(REPO_ROOT / "models.toml").pairs)
+    assert set(catalog.pairs) == shipped | {"tiny-qwen"}
+    assert catalog.default == "tiny-qwen"
+    assert catalog.pairs["qwen2.5-7b"].draft_length == 8
+    assert catalog.pairs["qwen2.5-7b"].context_length == cat.DEFAULT_CONTEXT_LENGTH  # a whole entry is replaced
+    assert catalog.models["qwen2.5-0.5b-instruct"].repo == "someone/Qwen2.5-0.5B-Instruct-GGUF"
+    assert catalog.models["qwen2.5-0.5b-instruct"].sha256 is None
+    assert catalog.sources[-1] == str(cat.user_catalog_path())
+
+
+def test_specchat_catalog_and_the_catalog_flag_replace_the_catalog(tmp_path: Path, monkeypatch, capsys):
+    write_catalog(cat.user_catalog_path(), USER_CATALOG)  # ignored: a replacement replaces both
+    only = write_catalog(
+        tmp_path / "only.toml",
+        """default_pair = "p"
+[pairs.p]
+target = "a"
+draft = "b"
+[models.a]
+repo = "x/a"
+file = "a.gguf"
+[models.b]
+repo = "x/b"
+file = "b.gguf"
+""",
+    )
+    monkeypatch.setenv("SPECCHAT_CATALOG", str(only))
+    assert set(cat.load_catalog().pairs) == {"p"}
+
+    monkeypatch.delenv("SPECCHAT_CATALOG")
+    assert run_cli("--catalog", str(only), "list", "--json") == 0
+    assert [p["name"] for p in json.loads(capsys.readouterr().out)["pairs"]] == ["p"]
+    assert run_cli("list", "--json", "--catalog", str(only)) == 0
+    assert [p["name"] for p in json.loads(capsys.readouterr().out)["pairs"]] == ["p"]
+
+
+BAD_CATALOGS = {
+    "not toml": ("default_pair = ", "is not valid TOML"),
+    "unknown key": ('default_pair = "p"\n[pairs.p]\ntarget = "m"\ndraft = "m"\ncontext = 1\n', "unknown key 'context'"),
+    "unknown model": ('default_pair = "p"\n[pairs.p]\ntarget = "m"\ndraft = "m"\n', "neither a catalog model"),
+    "bad sha": ('[models.m]\nrepo = "a/b"\nfile = "m.gguf"\nsha256 = "abc"\n', "sha256 must be 64 hexadecimal"),
+    "bad repo": ('[models.m]\nrepo = "no-owner"\nfile = "m.gguf"\n', "not a Hugging Face repo id"),
+    "escaping file": ('[models.m]\nrepo = "a/b"\nfile = "../m.gguf"\n', "repo-relative path of a .gguf"),
+    "no default": ('[models.m]\nrepo = "a/b"\nfile = "m.gguf"\n', "no default_pair is set"),
+    "bad default": ('default_pair = "zz"\n[models.m]\nrepo = "a/b"\nfile = "m.gguf"\n', "is not one of the"),
+    "bad size": ('[models.m]\nrepo = "a/b"\nfile = "m.gguf"\nsize = -3\n', "positive whole number"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CATALOGS))
+def test_a_broken_catalog_gives_one_clear_sentence(tmp_path: Path, case: str, capsys):
+    text, expected = BAD_CATALOGS[case]
+    path = write_catalog(tmp_path / "bad.toml", text)
+
+    with pytest.raises(cat.CatalogError) as err:
+        cat.load_catalog(path)
+    assert expected in str(err.value) and str(path) in str(err.value) and "\n" not in str(err.value)
+
+    assert run_cli("--catalog", str(path), "list") == 1
+    assert capsys.readouterr().err.startswith(f"error: {path}")
+
+
+def test_resolve_model_accepts_paths_and_names_and_explains_the_rest(tmp_path: Path, smollm: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cat.resolve_model(str(smollm)) == smollm.resolve()
+    with pytest.raises(cat.NotInstalledError, match="run `specchat models download qwen2.5-0.5b-instruct`"):
+        cat.resolve_model("qwen2.5-0.5b-instruct")
+    with pytest.raises(cat.UnknownNameError, match="no such model file"):
+        cat.resolve_model("models/nothing-here.gguf")
+    with pytest.raises(cat.UnknownNameError, match="unknown model 'nope'"):
+        cat.resolve_model("nope")
+    with pytest.raises(cat.UnknownNameError, match="is a pair"):
+        cat.resolve_model("qwen2.5-1.5b")
+
+
+def test_resolve_pair_names_the_download_command():
+    with pytest.raises(cat.NotInstalledError, match="run `specchat models download qwen2.5-1.5b`"):
+        cat.resolve_pair("qwen2.5-1.5b")
+    with pytest.raises(cat.UnknownNameError, match="specchat models download NAME"):
+        cat.resolve_pair("no-such-pair")
+    assert cat.installed_default_pair() is None
+
+
+def test_local_models_are_registered_in_place_and_pair_up_with_anything(gguf_models, tmp_path: Path, capsys):
+    target, draft = need(gguf_models, QWEN_TARGET, QWEN_DRAFT)
+
+    assert run_cli("add", str(target), "--name", "my-coder") == 0
+    assert "added my-coder" in capsys.readouterr().out
+    name, path = cat.add_local_model(draft)  # default name: the file name without .gguf
+    assert (name, path) == (draft.stem, draft.resolve())
+    assert cat.resolve_model("my-coder") == target.resolve()
+    assert cat.local_models() == {"my-coder": target.resolve(), draft.stem: draft.resolve()}
+    assert not any(cat.models_dir().rglob("*.gguf"))  # registered, not copied
+
+    # A pair of two local models, defined in the user catalog, resolves like a catalog pair and checks by name.
+    write_catalog(
+        cat.user_catalog_path(),
+        f'[pairs.mine]\ntarget = "my-coder"\ndraft = "{draft.stem}"\n',
+    )
+    assert cat.resolve_pair("mine") == (target.resolve(), draft.resolve())
+    assert run_cli("check", "my-coder", draft.stem) == 0
+    assert "compatible" in capsys.readouterr().out
+
+    assert run_cli("remove", "my-coder") == 0
+    assert "left where it is" in capsys.readouterr().out
+    assert target.is_file() and "my-coder" not in cat.local_models()
+
+
+def test_adding_bad_local_models_is_refused(tmp_path: Path, smollm: Path, capsys):
+    text = tmp_path / "notes.gguf"
+    text.write_text("not a model", encoding="utf-8")
+    with pytest.raises(NotGGUFError):
+        cat.add_local_model(text)
+    with pytest.raises(SpecchatError, match="already a catalog name"):
+        cat.add_local_model(smollm, name="qwen2.5-1.5b")
+    cat.add_local_model(smollm, name="smol")
+    assert cat.add_local_model(smollm, name="smol") == ("smol", smollm.resolve())  # the same again is fine
+    other = tmp_path / "other.gguf"
+    shutil.copy(smollm, other)
+    with pytest.raises(SpecchatError, match="already names"):
+        cat.add_local_model(other, name="smol")
+    assert run_cli("add", str(text)) == 1
+    assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_a_local_model_whose_file_went_away_says_so(tmp_path: Path, smollm: Path):
+    copy = tmp_path / "copy.gguf"
+    shutil.copy(smollm, copy)
+    cat.add_local_model(copy, name="gone")
+    copy.unlink()
+    with pytest.raises(cat.NotInstalledError, match="no longer exists"):
+        cat.resolve_model("gone")
+
+
+def test_models_list_json_lists_every_pair_with_both_files_and_the_default(capsys):
+    assert run_cli("list", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+
+    catalog = cat.load_catalog()
+    assert [p["name"] for p in data["pairs"]] == list(catalog.pairs)
+    assert [p["name"] for p in data["pairs"] if p["default"]] == [data["default_pair"]] == [catalog.default]
+    for pair in data["pairs"]:
+        for role in ("target", "draft"):
+            model = catalog.models[getattr(catalog.pairs[pair["name"]], role)]
+            assert pair[role]["repo"] == model.repo and pair[role]["file"] == model.file
+            assert pair[role]["size"] == model.size and pair[role]["installed"] is False
+        assert pair["size"] == pair["target"]["size"] + pair["draft"]["size"]
+    assert {m["name"] for m in data["models"]} == set(catalog.models)
+
+    assert run_cli("list") == 0
+    table = capsys.readouterr().out
+    assert all(name in table for name in catalog.pairs) and "* " in table

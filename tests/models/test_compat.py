@@ -1,0 +1,66 @@
+"""Compatibility of draft and target, decided from real GGUF headers before any weights load."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+from specchat import catalog as cat
+from specchat.compat import check_pair
+
+from .support import FETCH_SCRIPT, QWEN_DRAFT, QWEN_TARGET, SMOLLM, need, run_cli
+
+
+def test_the_qwen_coder_pair_can_draft(gguf_models):
+    target, draft = need(gguf_models, QWEN_TARGET, QWEN_DRAFT)
+    result = check_pair(target, draft)
+    assert result.ok and result.reasons == []
+
+
+def test_smollm2_cannot_draft_for_qwen_and_says_why(gguf_models):
+    target, draft = need(gguf_models, QWEN_TARGET, SMOLLM)
+    result = check_pair(target, draft)
+    assert not result.ok
+    assert "vocabulary sizes differ: target has 151936 tokens, draft has 49152" in result.reasons
+    assert any(reason.startswith("special token 'eos' differs") for reason in result.reasons)
+
+
+def test_models_check_prints_the_verdict(gguf_models, capsys):
+    target, draft, smol = need(gguf_models, QWEN_TARGET, QWEN_DRAFT, SMOLLM)
+
+    assert run_cli("check", str(target), str(draft)) == 0
+    assert capsys.readouterr().out.startswith("compatible:")
+
+    assert run_cli("check", str(target), str(smol)) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("incompatible:") and "vocabulary sizes differ" in out
+
+
+def test_models_check_of_a_catalog_model_that_is_not_downloaded_says_how_to_get_it(smollm, capsys):
+    assert run_cli("check", "qwen2.5-1.5b-instruct", str(smollm)) == 1
+    assert "run `specchat models download qwen2.5-1.5b-instruct`" in capsys.readouterr().err
+
+
+def _local_copy(model: cat.ModelSource, gguf_models: dict[str, Path]) -> Path | None:
+    """The catalog model's file if it is on this machine: downloaded, or one of the test models with the same name,
+    size and sha256 (the fetch script checked that sha256 when it assembled the file)."""
+    if model.installed:
+        return model.path
+    known = runpy.run_path(str(FETCH_SCRIPT))["MODELS"] if FETCH_SCRIPT.is_file() else {}
+    spec, path = known.get(model.file), gguf_models.get(model.file)
+    if spec and path and (spec["size"], spec["sha256"]) == (model.size, model.sha256):
+        return path
+    return None
+
+
+@pytest.mark.parametrize("pair_name", sorted(cat.load_catalog(Path(__file__).parents[2] / "models.toml").pairs))
+def test_every_catalog_pair_passes_the_check_where_its_files_are_present(pair_name: str, gguf_models):
+    catalog = cat.load_catalog()
+    pair = catalog.pairs[pair_name]
+    files = [_local_copy(catalog.models[name], gguf_models) for name in (pair.target, pair.draft)]
+    if None in files:
+        pytest.skip(f"the files of pair {pair_name} are not on this machine (the hub is out of reach here)")
+    result = check_pair(*files)
+    assert result.ok, f"{pair_name}: {result}"

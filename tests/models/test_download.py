@@ -1,0 +1,346 @@
+"""Downloads against a fake hub on 127.0.0.1 serving a real GGUF file (SmolLM2 135M, 98 MB).
+
+huggingface_hub itself is not mocked: it talks HTTP to the fake hub, which answers with the hub's own headers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from specchat import catalog as cat
+from specchat import download as dl
+
+from .fakehub import FakeHub
+from .support import SMOLLM, need, run_cli, subprocess_env, write_catalog
+
+REPO = "test/SmolLM2-135M-Instruct-GGUF"
+DRAFT_REPO = "test/SmolLM2-135M-Instruct-draft-GGUF"
+MB = 1 << 20
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(4 * MB):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def smollm_sha(gguf_models: dict[str, Path]) -> str:
+    return sha256_of(need(gguf_models, SMOLLM)[0])
+
+
+@pytest.fixture
+def hub_catalog(tmp_path: Path, smollm: Path, smollm_sha: str, monkeypatch: pytest.MonkeyPatch) -> cat.Catalog:
+    """A catalog of models on the fake hub: `smol` carries the sha256 in the catalog, `smol-draft` relies on the
+    hub's LFS sha256, `gated-smol` is in a gated repo, `missing` names a file the repo does not have."""
+    size = smollm.stat().st_size
+    path = write_catalog(
+        tmp_path / "catalog.toml",
+        f"""
+default_pair = "smol-pair"
+
+[pairs."smol-pair"]
+description = "the same tiny model as target and draft"
+target = "smol"
+draft = "smol-draft"
+
+[models.smol]
+repo = "{REPO}"
+file = "{smollm.name}"
+size = {size}
+sha256 = "{smollm_sha}"
+quantization = "Q4_1"
+
+[models."smol-draft"]
+repo = "{DRAFT_REPO}"
+file = "{smollm.name}"
+size = {size}
+
+[models."gated-smol"]
+repo = "test/gated-GGUF"
+file = "{smollm.name}"
+gated = true
+
+[models.missing]
+repo = "{REPO}"
+file = "no-such-file.gguf"
+
+[models.private]
+repo = "test/private-or-missing-repo"
+file = "{smollm.name}"
+""",
+    )
+    monkeypatch.setenv("SPECCHAT_CATALOG", str(path))
+    return cat.load_catalog()
+
+
+def assert_not_installed(model: cat.ModelSource) -> None:
+    assert not model.path.exists()
+    assert not model.installed
+    with pytest.raises(cat.NotInstalledError, match="specchat models download"):
+        cat.resolve_model(model.name)
+
+
+def test_download_completes_is_verified_and_reports_progress(fake_hub: FakeHub, hub_catalog, smollm, smollm_sha):
+    fake_hub.add(REPO, smollm)
+    events: list[dl.DownloadProgress] = []
+
+    path = dl.download_model("smol", endpoint=fake_hub.url, progress=events.append)
+
+    model = hub_catalog.models["smol"]
+    assert path == model.path and model.installed
+    assert sha256_of(path) == smollm_sha
+    assert cat.resolve_model("smol") == path
+    assert not dl.partial_path(path).exists() and not path.with_name(path.name + ".partial.json").exists()
+    done = [e.bytes_done for e in events if e.stage == "downloading"]
+    assert done == sorted(done) and done[0] == 0 and done[-1] == model.size
+    assert [e.stage for e in events][-2:] == ["verifying", "done"]
+    assert any(e.speed > 0 and e.eta is not None for e in events if e.stage == "downloading")
+    assert events[-1].fraction == 1.0
+    # One transfer of the whole file, and no request for it the second time: it is installed.
+    assert [g.bytes_sent for g in fake_hub.cdn_gets()] == [model.size]
+    assert dl.download_model("smol", endpoint=fake_hub.url) == path
+    assert len(fake_hub.requests) == 2  # the HEAD and the GET of the first download only
+
+
+def test_dropped_connection_resumes_where_it_stopped(fake_hub: FakeHub, hub_catalog, smollm, smollm_sha):
+    served = fake_hub.add(REPO, smollm, cut_after=35 * MB)
+
+    path = dl.download_model("smol", endpoint=fake_hub.url)
+
+    assert sha256_of(path) == smollm_sha
+    first, second = fake_hub.cdn_gets()
+    assert first.range is None and first.bytes_sent == 35 * MB
+    resumed_at = int(second.range.removeprefix("bytes=").removesuffix("-"))
+    assert 0 < resumed_at <= 35 * MB
+    assert second.bytes_sent == served.size - resumed_at < served.size
+
+
+def test_killed_process_resumes_where_it_stopped(fake_hub: FakeHub, hub_catalog, smollm, smollm_sha, capsys):
+    served = fake_hub.add(REPO, smollm, stall_after=35 * MB)
+    model = hub_catalog.models["smol"]
+    part = dl.partial_path(model.path)
+    script = "import sys; from specchat.download import download_model; download_model('smol', endpoint=sys.argv[1])"
+    child = subprocess.Popen([sys.executable, "-c", script, fake_hub.url], env=subprocess_env())
+    try:
+        deadline = time.monotonic() + 60
+        while not (part.is_file() and part.stat().st_size >= 30 * MB):
+            assert child.poll() is None, "the download process ended before it could be killed"
+            assert time.monotonic() < deadline, "the download never reached 30 MB"
+            time.sleep(0.05)
+    finally:
+        child.kill()
+        child.wait()
+        fake_hub.release.set()
+    kept = part.stat().st_size
+    assert kept >= 30 * MB
+
+    # A killed download never looks installed.
+    assert_not_installed(model)
+    assert run_cli("list", "--json") == 0
+    listed = {m["name"]: m for m in json.loads(capsys.readouterr().out)["models"]}
+    assert listed["smol"]["installed"] is False and listed["smol"]["status"].startswith("partly downloaded")
+
+    path = dl.download_model("smol", endpoint=fake_hub.url)
+
+    assert sha256_of(path) == smollm_sha
+    resumed = fake_hub.cdn_gets()[-1]
+    assert resumed.range == f"bytes={kept}-"
+    assert resumed.bytes_sent == served.size - kept < served.size
+
+
+def test_cancel_keeps_the_part_and_a_second_run_resumes(fake_hub: FakeHub, hub_catalog, smollm, smollm_sha):
+    served = fake_hub.add(REPO, smollm)
+    cancel = threading.Event()
+
+    def stop_after_20mb(p: dl.DownloadProgress) -> None:
+        if p.bytes_done >= 20 * MB:
+            cancel.set()
+
+    with pytest.raises(dl.DownloadCancelled, match="resume"):
+        dl.download_model("smol", endpoint=fake_hub.url, progress=stop_after_20mb, cancel=cancel)
+    model = hub_catalog.models["smol"]
+    kept = dl.partial_path(model.path).stat().st_size
+    assert 20 * MB <= kept < served.size
+    assert_not_installed(model)
+
+    assert sha256_of(dl.download_model("smol", endpoint=fake_hub.url)) == smollm_sha
+    assert fake_hub.cdn_gets()[-1].range == f"bytes={kept}-"
+
+
+def test_corrupted_download_is_refused_by_the_hub_sha256_and_leaves_nothing_installed(
+    fake_hub: FakeHub, hub_catalog, smollm
+):
+    fake_hub.add(DRAFT_REPO, smollm, corrupt=True)  # smol-draft has no sha256 in the catalog: the hub's is used
+
+    with pytest.raises(dl.ChecksumMismatchError, match="failed its sha256 check"):
+        dl.download_model("smol-draft", endpoint=fake_hub.url)
+
+    model = hub_catalog.models["smol-draft"]
+    assert_not_installed(model)
+    assert not dl.partial_path(model.path).exists()
+    assert [p.name for p in model.path.parent.iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_catalog_sha256_that_differs_from_the_hub_stops_before_downloading(
+    fake_hub: FakeHub, tmp_path: Path, smollm, monkeypatch
+):
+    fake_hub.add(REPO, smollm)
+    path = write_catalog(
+        tmp_path / "wrong.toml",
+        f"""default_pair = "p"
+[pairs.p]
+target = "m"
+draft = "m"
+[models.m]
+repo = "{REPO}"
+file = "{smollm.name}"
+sha256 = "{"0" * 64}"
+""",
+    )
+    with pytest.raises(dl.ChecksumMismatchError, match="update its sha256"):
+        dl.download_model("m", catalog=cat.load_catalog(path), endpoint=fake_hub.url)
+    assert fake_hub.cdn_gets() == []
+
+
+def test_gated_repo_without_token_says_what_to_do(fake_hub: FakeHub, hub_catalog, smollm):
+    fake_hub.add("test/gated-GGUF", smollm)
+    fake_hub.gated.add("test/gated-GGUF")
+
+    with pytest.raises(dl.HubAccessError) as err:
+        dl.download_model("gated-smol", endpoint=fake_hub.url)
+
+    assert "gated" in str(err.value) and "HF_TOKEN" in str(err.value) and "\n" not in str(err.value)
+    assert [r.status for r in fake_hub.requests] == [401]
+    assert_not_installed(hub_catalog.models["gated-smol"])
+
+
+def test_gated_repo_with_a_token_without_access_gets_a_403_message(fake_hub: FakeHub, hub_catalog, smollm):
+    fake_hub.add("test/gated-GGUF", smollm)
+    fake_hub.gated.add("test/gated-GGUF")
+
+    with pytest.raises(dl.HubAccessError, match="accept its license"):
+        dl.download_model("gated-smol", endpoint=fake_hub.url, token="hf_not_the_right_one")
+    assert [r.status for r in fake_hub.requests] == [403]
+
+
+def test_gated_repo_with_a_token_downloads_and_the_token_stays_on_the_hub(
+    fake_hub: FakeHub, hub_catalog, smollm, smollm_sha, monkeypatch, capsys
+):
+    fake_hub.add("test/gated-GGUF", smollm)
+    fake_hub.gated.add("test/gated-GGUF")
+    monkeypatch.setenv("HF_TOKEN", fake_hub.token)
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+
+    assert run_cli("download", "gated-smol") == 0
+
+    assert sha256_of(hub_catalog.models["gated-smol"].path) == smollm_sha
+    hub_head, cdn_get = fake_hub.requests
+    assert hub_head.authorization == f"Bearer {fake_hub.token}"
+    assert cdn_get.server == "cdn" and cdn_get.authorization is None  # never sent to the CDN host
+    out = capsys.readouterr()
+    assert fake_hub.token not in out.out + out.err
+    assert "%" in out.err and "left" in out.err and "ready" in out.out
+
+
+def test_private_or_unknown_repo_401(fake_hub: FakeHub, hub_catalog):
+    with pytest.raises(dl.HubAccessError, match="not found or is private"):
+        dl.download_model("private", endpoint=fake_hub.url)
+    assert [r.status for r in fake_hub.requests] == [401]
+
+
+def test_missing_file_404(fake_hub: FakeHub, hub_catalog, smollm):
+    fake_hub.add(REPO, smollm)
+    with pytest.raises(dl.HubAccessError, match="has no file 'no-such-file.gguf'"):
+        dl.download_model("missing", endpoint=fake_hub.url)
+    assert [r.status for r in fake_hub.requests] == [404]
+
+
+def test_no_network_says_so(hub_catalog):
+    with socket.socket() as s:  # a port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(dl.HubUnreachableError, match="cannot reach the Hugging Face hub"):
+        dl.download_model("smol", endpoint=f"http://127.0.0.1:{port}")
+
+
+def test_hf_hub_offline_stops_before_any_request(fake_hub: FakeHub, hub_catalog, smollm, monkeypatch):
+    fake_hub.add(REPO, smollm)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(dl.HubUnreachableError, match="HF_HUB_OFFLINE"):
+        dl.download_model("smol", endpoint=fake_hub.url)
+    assert fake_hub.requests == []
+
+
+def test_free_disk_space_is_checked_first(fake_hub: FakeHub, hub_catalog, smollm):
+    fake_hub.add(DRAFT_REPO, smollm, reported_size=10**18)
+    with pytest.raises(dl.NotEnoughSpaceError, match="not enough free disk space"):
+        dl.download_model("smol-draft", endpoint=fake_hub.url)
+    assert fake_hub.cdn_gets() == []
+    assert not dl.partial_path(hub_catalog.models["smol-draft"].path).exists()
+
+
+def test_pair_download_reports_overall_progress_and_installs_the_pair(
+    fake_hub: FakeHub, hub_catalog, smollm, smollm_sha
+):
+    fake_hub.add(REPO, smollm)
+    fake_hub.add(DRAFT_REPO, smollm)
+    assert cat.installed_default_pair() is None
+    with pytest.raises(cat.NotInstalledError, match="specchat models download smol-pair"):
+        cat.resolve_pair("smol-pair")
+    events: list[dl.DownloadProgress] = []
+
+    target, draft = dl.download_pair("smol-pair", endpoint=fake_hub.url, progress=events.append)
+
+    assert (target, draft) == cat.resolve_pair("smol-pair") == cat.installed_default_pair()
+    assert sha256_of(target) == sha256_of(draft) == smollm_sha
+    overall = [e.overall_done for e in events]
+    assert overall == sorted(overall)
+    assert {e.overall_total for e in events} == {2 * smollm.stat().st_size}
+    assert events[-1].overall_done == events[-1].overall_total
+    assert {e.file_name for e in events} == {smollm.name}
+
+
+def test_cli_errors_are_one_line_without_traceback(fake_hub: FakeHub, hub_catalog, monkeypatch, capsys):
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    assert run_cli("download", "private") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: repository test/private-or-missing-repo was not found")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_cli_downloads_a_pair_and_removes_it_with_its_partial_files(
+    fake_hub: FakeHub, hub_catalog, smollm, monkeypatch, capsys
+):
+    fake_hub.add(REPO, smollm)
+    fake_hub.add(DRAFT_REPO, smollm)
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(dl.DownloadCancelled):
+        dl.download_model("smol", cancel=cancel)
+    part = dl.partial_path(hub_catalog.models["smol"].path)
+    assert part.exists()
+    assert run_cli("remove", "smol") == 0
+    assert f"deleted {part}" in capsys.readouterr().out and not part.exists()
+
+    assert run_cli("download", "smol-pair") == 0
+    assert "pair smol-pair is ready" in capsys.readouterr().out
+    assert cat.installed_default_pair() == cat.resolve_pair("smol-pair")
+
+    assert run_cli("remove", "smol-pair") == 0
+    assert capsys.readouterr().out.count("deleted") >= 2
+    for model in hub_catalog.models.values():
+        assert not model.path.exists() and not dl.partial_path(model.path).exists()
+    assert cat.installed_default_pair() is None
