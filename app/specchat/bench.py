@@ -1,0 +1,276 @@
+"""`specchat bench`: run a prompt suite through modes and draft lengths and write the report.
+
+Thin layer over the engine: load the models, run every (prompt, mode, k) once per repeat, keep every raw
+timing, and hand the records to bench_report for the medians, the fitted cost model and the files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specchat import __version__
+from specchat.bench_report import build_report, config_label, write_report
+from specchat.errors import SpecchatError
+
+if TYPE_CHECKING:
+    from specchat.engine import Engine, GenerationSettings, LlamaModel
+
+BUILTIN = "builtin"
+_REPO_SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "suite.jsonl"
+
+
+@dataclass(frozen=True)
+class SuiteItem:
+    id: str
+    category: str
+    messages: list[dict]
+
+
+def builtin_suite_path() -> Path:
+    """The suite shipped in the wheel (package data), or the repository's when running from source."""
+    packaged = resources.files("specchat") / "benchmarks" / "suite.jsonl"
+    if packaged.is_file():
+        return Path(str(packaged))
+    return _REPO_SUITE
+
+
+def load_suite(spec: str, categories: Sequence[str] | None = None) -> list[SuiteItem]:
+    """Lines of {"id", "category", "prompt"} or {"id", "category", "messages"}; a prompt becomes one user turn."""
+    path = builtin_suite_path() if spec == BUILTIN else Path(spec)
+    if not path.is_file():
+        raise SpecchatError(f"suite file {path} does not exist")
+    items = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            messages = entry.get("messages") or [{"role": "user", "content": entry["prompt"]}]
+            item = SuiteItem(str(entry["id"]), str(entry["category"]), list(messages))
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+            raise SpecchatError(
+                f"{path}:{number}: a suite line must be a JSON object with id, category and prompt or messages ({e})"
+            ) from None
+        items.append(item)
+    if categories:
+        unknown = set(categories) - {item.category for item in items}
+        if unknown:
+            raise SpecchatError(f"no prompts in categories {', '.join(sorted(unknown))} in {path}")
+        items = [item for item in items if item.category in categories]
+    if not items:
+        raise SpecchatError(f"{path} holds no prompts")
+    return items
+
+
+def run_configs(modes: Sequence[str], ks: Sequence[int]) -> list[tuple[str, int]]:
+    """Plain decoding once (it drafts nothing, k = 0); every other mode at every draft length."""
+    return [(mode, 0) if mode == "plain" else (mode, k) for mode in modes for k in ([0] if mode == "plain" else ks)]
+
+
+def benchmark(
+    engine: Engine,
+    items: Sequence[SuiteItem],
+    configs: Sequence[tuple[str, int]],
+    make_settings: Callable[[str, int, int], GenerationSettings],
+    repeats: int,
+    progress: Callable[[str], None],
+) -> list[dict]:
+    """Every item through every config, `repeats` times; one record per generation.
+
+    make_settings(mode, k, repeat) gives each generation's settings (the repeat varies the sampling seed).
+
+    Configs of one prompt run back to back and their order flips every repeat, so slow drift (heat, other
+    load) hits every mode alike; one untimed warm-up generation first pays llama.cpp's first-decode costs.
+    """
+    warm_mode, warm_k = next((cfg for cfg in configs if cfg[0] != "plain"), configs[0])
+    for _ in engine.chat(items[0].messages, make_settings(warm_mode, warm_k, 0)):
+        pass
+    total, done, started = repeats * len(items) * len(configs), 0, time.perf_counter()
+    records = []
+    for repeat in range(repeats):
+        order = list(configs) if repeat % 2 == 0 else list(reversed(configs))
+        for item in items:
+            for mode, k in order:
+                for _ in engine.chat(item.messages, make_settings(mode, k, repeat)):
+                    pass
+                stats = engine.last_stats.to_dict()
+                stats["verify_s_by_n"] = {str(n): s for n, s in stats["verify_s_by_n"].items()}
+                stats["verify_calls_by_n"] = {str(n): c for n, c in stats["verify_calls_by_n"].items()}
+                records.append({"id": item.id, "category": item.category, "repeat": repeat, **stats, "k": k})
+                done += 1
+                elapsed = time.perf_counter() - started
+                accept = f", acceptance {stats['acceptance_rate']:.0%}" if stats["drafted"] else ""
+                progress(
+                    f"[{done}/{total}] repeat {repeat + 1} {item.id} {config_label(mode, k)}: "
+                    f"{stats['tokens']} tokens, {stats['tokens_per_s']:.2f} tok/s{accept} "
+                    f"(elapsed {elapsed:.0f} s, left ~{elapsed / done * (total - done):.0f} s)"
+                )
+    return records
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(engine: Engine) -> dict:
+    import llama_cpp
+
+    threads, threads_batch = engine.target.config.threads
+    gpu_layers = engine.target.config.n_gpu_layers
+    offload = bool(llama_cpp.llama_supports_gpu_offload())
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "threads": threads,
+        "threads_batch": threads_batch,
+        "gpu": f"offload {'supported' if offload else 'not supported'} by this build; n_gpu_layers = {gpu_layers}",
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "llama_cpp_python": llama_cpp.__version__,
+        "system_info": llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip(),
+    }
+
+
+def _quantization(file_type: int | None) -> str:
+    import llama_cpp
+
+    names = {
+        value: name.removeprefix("LLAMA_FTYPE_").removeprefix("MOSTLY_")
+        for name, value in vars(llama_cpp).items()
+        if name.startswith("LLAMA_FTYPE_") and isinstance(value, int)
+    }
+    return names.get(file_type, "unknown") if file_type is not None else "unknown"
+
+
+def model_info(model: LlamaModel) -> dict:
+    meta = model.metadata
+    return {
+        "file": model.path.name,
+        "path": str(model.path),
+        "size_bytes": model.path.stat().st_size,
+        "name": model.name,
+        "architecture": meta.get("general.architecture"),
+        "quantization": _quantization(meta.get("general.file_type")),
+        "n_vocab": model.n_vocab,
+    }
+
+
+def _csv(kind: Callable[[str], object]) -> Callable[[str], list]:
+    def parse(text: str) -> list:
+        try:
+            return [kind(part.strip()) for part in text.split(",") if part.strip()]
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
+
+
+def register(subparsers) -> None:
+    from specchat.cli import add_model_arguments
+    from specchat.engine import MODES
+
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark modes and draft lengths on a prompt suite",
+        description="Run a prompt suite through plain, speculative and lookup decoding and write report.json, "
+        "report.md and PNG plots.",
+    )
+    add_model_arguments(p)
+    p.add_argument("--suite", default=BUILTIN, help="a .jsonl suite file, or 'builtin' (default)")
+    p.add_argument("--categories", type=_csv(str), help="comma-separated categories to keep (default: all)")
+    modes = ["plain", *(mode for mode in MODES if mode != "plain")]
+    p.add_argument(
+        "--modes", type=_csv(str), default=modes, help=f"comma-separated, of {', '.join(MODES)} (default: all)"
+    )
+    p.add_argument("--k", type=_csv(int), default=[1, 2, 4, 8], help="comma-separated draft lengths (default 1,2,4,8)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 decodes greedily (default)")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0, help="repeat r samples with seed + r")
+    p.add_argument("--out", type=Path, help="report folder (default: bench-out/<date-time>)")
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from specchat.cli import backend_config, resolve_models
+    from specchat.engine import MODES, Engine, GenerationSettings, SamplingParams
+
+    unknown = [mode for mode in args.modes if mode not in MODES]
+    if unknown or not args.modes:
+        raise SpecchatError(f"unknown mode(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(MODES)}")
+    if not args.k or min(args.k) < 1:
+        raise SpecchatError("--k takes draft lengths of 1 or more")
+    if args.repeats < 1 or args.max_tokens < 1:
+        raise SpecchatError("--repeats and --max-tokens must be at least 1")
+    items = load_suite(args.suite, args.categories)
+    target, draft = resolve_models(args)
+    sampling = SamplingParams(args.temperature)
+    started = dt.datetime.now().astimezone()
+    out = args.out or Path("bench-out") / started.strftime("%Y%m%d-%H%M%S")
+
+    engine = Engine.load(target, draft, backend_config(args))
+    try:
+        # Fail before any timing (e.g. speculative without a draft model); auto calibrates here, untimed.
+        for mode in args.modes:
+            engine.drafter(mode)
+
+        def make_settings(mode: str, k: int, repeat: int) -> GenerationSettings:
+            return GenerationSettings(
+                mode=mode, k=k, sampling=sampling, seed=args.seed + repeat, max_tokens=args.max_tokens
+            )
+
+        def progress(line: str) -> None:
+            print(line, file=sys.stderr, flush=True)
+
+        configs = run_configs(args.modes, args.k)
+        progress(f"{len(items)} prompts x {len(configs)} configs x {args.repeats} repeats; warming up")
+        records = benchmark(engine, items, configs, make_settings, args.repeats, progress)
+        meta = {
+            "auto_calibration": asdict(engine.calibration()) if "auto" in args.modes else None,
+            "version": __version__,
+            "started": started.isoformat(timespec="seconds"),
+            "command": shlex.join(["specchat", *sys.argv[1:]]),
+            "machine": machine_info(engine),
+            "models": {"target": model_info(engine.target)}
+            | ({"draft": model_info(engine.draft)} if engine.draft else {}),
+            "settings": {
+                "suite": args.suite,
+                "prompts": len(items),
+                "categories": list(dict.fromkeys(item.category for item in items)),
+                "modes": args.modes,
+                "k": args.k,
+                "temperature": args.temperature,
+                "max_tokens": args.max_tokens,
+                "repeats": args.repeats,
+                "seed": args.seed,
+            },
+        }
+    finally:
+        engine.close()
+    report = build_report(meta, records)
+    files = write_report(report, out)
+    for row in report["summary"]:
+        if row["category"] == "all":
+            speedup = "" if row["speedup"] is None else f", {row['speedup']:.2f}x plain"
+            predicted = "" if row["predicted_speedup"] is None else f" (model: {row['predicted_speedup']:.2f}x)"
+            print(f"{config_label(row['mode'], row['k'])}: {row['tokens_per_s']:.2f} tok/s{speedup}{predicted}")
+    print("wrote " + ", ".join(str(f) for f in files))
+    return 0

@@ -1,0 +1,319 @@
+"""From raw benchmark runs to the report: medians, the fitted cost model, report.json, report.md and plots.
+
+A run record is one generation's Stats.to_dict() plus "id", "category", "mode", "k" and "repeat"; its
+verify_s_by_n / verify_calls_by_n keys are strings, as JSON keeps them, so a report can be rebuilt from
+report.json alone.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from specchat import plots
+from specchat.engine import costmodel
+
+ALL = "all"  # the category row that pools every prompt
+# Modes that draft from one source at the asked k, so one alpha describes them (auto picks sources and lengths).
+FIXED_K_MODES = ("speculative", "lookup")
+
+
+def median(values: Iterable[float]) -> float:
+    values = list(values)
+    return statistics.median(values) if values else 0.0
+
+
+def solve_alpha(tokens_per_iteration: float, k: int, tol: float = 1e-9) -> float:
+    """The acceptance alpha whose E(k) = (1 - alpha^(k+1)) / (1 - alpha) equals the measured tokens per iteration.
+
+    E is increasing in alpha from 1 (alpha = 0) to k + 1 (alpha = 1), so bisection finds the one root.
+    """
+    if tokens_per_iteration <= 1.0:
+        return 0.0
+    if tokens_per_iteration >= k + 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        if costmodel.expected_tokens(mid, k) < tokens_per_iteration:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def config_label(mode: str, k: int) -> str:
+    return mode if mode == "plain" else f"{mode} k={k}"
+
+
+@dataclass(frozen=True)
+class CostFit:
+    """design.md's cost model measured on this run: times are relative to one target step t1."""
+
+    t1_s: float
+    r: dict[int, float]  # target batch of n tokens, over t1
+    c: dict[str, float]  # mode -> one draft token's cost, over t1
+
+    def predicted_speedup(self, mode: str, runs: Sequence[dict]) -> float | None:
+        """S = E / (d c + mean r(n)) over the runs' own steps: E = 1 + accepted drafts per step, d = drafts per
+        step, r(n) at the batch sizes the steps used. With k drafts every step this is exactly design.md's
+        S(k) = E(k) / (k c + r(k+1)); it stays fair to prompt lookup, which often drafts fewer than k or none."""
+        iterations = sum(run["iterations"] for run in runs)
+        if mode not in self.c or not iterations:
+            return None
+        r = costmodel.interpolate_r(self.r)
+        verify = sum(calls * r(int(n)) for run in runs for n, calls in run["verify_calls_by_n"].items())
+        draft = self.c[mode] * sum(run["drafted"] for run in runs)
+        return (iterations + sum(run["accepted"] for run in runs)) / (verify + draft)
+
+
+def _verify_totals(runs: Iterable[dict]) -> dict[int, tuple[float, int]]:
+    totals: dict[int, tuple[float, int]] = {}
+    for run in runs:
+        for n, seconds in run["verify_s_by_n"].items():
+            s, calls = totals.get(int(n), (0.0, 0))
+            totals[int(n)] = (s + seconds, calls + run["verify_calls_by_n"][n])
+    return totals
+
+
+def fit_cost_model(runs: Sequence[dict]) -> CostFit | None:
+    """t1 from plain decoding's single-token steps (from any run's when no plain run was made); r(n) from
+    batches of n > 1; c per drafting mode from its draft time per drafted token. None without a timed t1."""
+    plain = [run for run in runs if run["mode"] == "plain"]
+    singles = _verify_totals(plain or runs).get(1)
+    if not singles or singles[1] == 0:
+        return None
+    t1 = singles[0] / singles[1]
+    batches = _verify_totals(run for run in runs if run["mode"] != "plain")
+    r = {n: s / calls / t1 for n, (s, calls) in sorted(batches.items()) if n > 1 and calls}
+    c = {}
+    for mode in dict.fromkeys(run["mode"] for run in runs):
+        drafting = [run for run in runs if run["mode"] == mode and run["drafted"]]
+        if drafting:
+            c[mode] = sum(run["draft_s"] for run in drafting) / sum(run["drafted"] for run in drafting) / t1
+    return CostFit(t1_s=t1, r=r, c=c)
+
+
+def _tokens_per_s_by_repeat(runs: Sequence[dict]) -> list[float]:
+    """Throughput of each repeat over the group's prompts: total tokens over total generation time."""
+    by_repeat: dict[int, list[dict]] = {}
+    for run in runs:
+        by_repeat.setdefault(run["repeat"], []).append(run)
+    return [
+        sum(r["tokens"] for r in group) / max(sum(r["wall_s"] for r in group), 1e-9)
+        for _, group in sorted(by_repeat.items())
+    ]
+
+
+def summarize(runs: Sequence[dict], fit: CostFit | None) -> list[dict]:
+    """One row per category (and ALL) and mode/k. Speedup divides by plain's median in the same category."""
+    categories = [*dict.fromkeys(run["category"] for run in runs), ALL]
+    configs = list(dict.fromkeys((run["mode"], run["k"]) for run in runs))
+    rows = []
+    for category in categories:
+        in_category = [run for run in runs if category in (ALL, run["category"])]
+        plain_runs = [run for run in in_category if run["mode"] == "plain"]
+        plain_tps = median(_tokens_per_s_by_repeat(plain_runs)) if plain_runs else None
+        for mode, k in configs:
+            group = [run for run in in_category if (run["mode"], run["k"]) == (mode, k)]
+            if not group:
+                continue
+            by_repeat = _tokens_per_s_by_repeat(group)
+            tps = median(by_repeat)
+            drafted, accepted = sum(r["drafted"] for r in group), sum(r["accepted"] for r in group)
+            iterations, tokens = sum(r["iterations"] for r in group), sum(r["tokens"] for r in group)
+            width = max(len(r["drafted_by_pos"]) for r in group)
+            by_pos = [
+                (
+                    sum(r["accepted_by_pos"][i] for r in group if i < len(r["accepted_by_pos"])),
+                    sum(r["drafted_by_pos"][i] for r in group if i < len(r["drafted_by_pos"])),
+                )
+                for i in range(width)
+            ]
+            tokens_per_iteration = tokens / iterations if iterations else 0.0
+            # Accepted drafts + 1 per step, not emitted tokens: a run that ends mid-draft would understate E.
+            fixed_k = drafted and mode in FIXED_K_MODES
+            alpha = solve_alpha(1 + accepted / iterations, k) if fixed_k else None
+            predicted = fit.predicted_speedup(mode, group) if fit and drafted else None
+            rows.append(
+                {
+                    "category": category,
+                    "mode": mode,
+                    "k": k,
+                    "strategies": sorted({r["strategy"] for r in group}),
+                    "runs": len(group),
+                    "tokens": tokens,
+                    "tokens_per_s": tps,
+                    "tokens_per_s_by_repeat": by_repeat,
+                    "speedup": tps / plain_tps if plain_tps else None,
+                    "predicted_speedup": predicted,
+                    "alpha": alpha,
+                    "acceptance_rate": accepted / drafted if drafted else None,
+                    "mean_accepted": accepted / iterations if drafted else None,
+                    "tokens_per_iteration": tokens_per_iteration,
+                    "drafts_per_iteration": drafted / iterations if iterations else 0.0,
+                    "acceptance_by_pos": [a / d if d else None for a, d in by_pos],
+                    "prompt_s": sum(r["prompt_s"] for r in group),
+                }
+            )
+    return rows
+
+
+def build_report(meta: dict, runs: list[dict]) -> dict:
+    fit = fit_cost_model(runs)
+    return {
+        **meta,
+        "cost_model": None if fit is None else {**asdict(fit), "r": {str(n): v for n, v in fit.r.items()}},
+        "summary": summarize(runs, fit),
+        "runs": runs,
+    }
+
+
+def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def render_markdown(report: dict, plot_files: Sequence[str]) -> str:
+    machine, settings = report["machine"], report["settings"]
+    lines = [
+        "# specchat benchmark",
+        "",
+        f"{report['started']} · specchat {report['version']} · `{report['command']}`",
+        "",
+        "## Machine",
+        "",
+        f"- CPU: {machine['cpu']} ({machine['cores']} cores; {machine['threads']} threads used, "
+        f"{machine['threads_batch']} for batches)",
+        f"- GPU: {machine['gpu']}",
+        f"- llama-cpp-python {machine['llama_cpp_python']}; llama.cpp system info: `{machine['system_info']}`",
+        "",
+        "## Models",
+        "",
+        "| role | file | name | quantization | size |",
+        "|---|---|---|---|---|",
+    ]
+    for role, model in report["models"].items():
+        lines.append(
+            f"| {role} | {model['file']} | {model['name']} | {model['quantization']} | "
+            f"{model['size_bytes'] / 2**20:.0f} MiB |"
+        )
+    lines += [
+        "",
+        "## Settings",
+        "",
+        f"suite {settings['suite']} ({settings['prompts']} prompts; categories: {', '.join(settings['categories'])}); "
+        f"modes {', '.join(settings['modes'])}; k {', '.join(map(str, settings['k']))}; "
+        f"temperature {settings['temperature']}; max tokens {settings['max_tokens']}; repeats {settings['repeats']}; "
+        f"seed {settings['seed']}. One warm-up generation before timing; each repeat runs every prompt through "
+        "every mode back to back, alternating their order, so drift hits all modes alike. Tokens/s counts "
+        "generation only (prompt processing apart) and is the median over repeats of each repeat's total "
+        "tokens over total time; speedup divides by plain decoding's median in the same category of this run.",
+        "",
+        "## Results",
+        "",
+        "| category | mode | tok/s | speedup | predicted | acceptance | accepted/step | tokens/step | "
+        "acceptance by draft position |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in report["summary"]:
+        by_pos = " ".join(_fmt(a, ".0%") for a in row["acceptance_by_pos"]) or "-"
+        lines.append(
+            f"| {row['category']} | {config_label(row['mode'], row['k'])} | {row['tokens_per_s']:.2f} | "
+            f"{_fmt(row['speedup'], '.2f', 'x')} | {_fmt(row['predicted_speedup'], '.2f', 'x')} | "
+            f"{_fmt(row['acceptance_rate'], '.0%')} | {_fmt(row['mean_accepted'])} | "
+            f"{row['tokens_per_iteration']:.2f} | {by_pos} |"
+        )
+    lines += ["", "## Cost model (design.md) fitted on this run", ""]
+    fit = report["cost_model"]
+    if fit is None:
+        lines.append("No single-token target step was timed (run plain mode too), so the model was not fitted.")
+    else:
+        lines += [
+            f"- t1 = {fit['t1_s'] * 1000:.1f} ms per target step ({1 / fit['t1_s']:.1f} tok/s)",
+            "- c (draft token cost over t1): " + (", ".join(f"{mode} {c:.3f}" for mode, c in fit["c"].items()) or "-"),
+            "- r(n) (target batch of n over t1): "
+            + (", ".join(f"r({n}) = {r:.2f}" for n, r in fit["r"].items()) or "-"),
+            "- alpha is solved (bisection) from E = 1 + accepted drafts per step through "
+            "E(k) = (1 - alpha^(k+1)) / (1 - alpha). Predicted S = E / (d c + mean r(n)), with d the drafts per "
+            "step and r(n) at each step's batch size: with k drafts every step this is S(k) = E(k) / (k c + r(k+1)). "
+            "Prompt lookup often drafts fewer than k tokens (or none), so its alpha at the nominal k is low.",
+            "",
+            "| mode | alpha | predicted | measured |",
+            "|---|---|---|---|",
+        ]
+        for row in report["summary"]:
+            if row["category"] == ALL and row["predicted_speedup"] is not None:
+                lines.append(
+                    f"| {config_label(row['mode'], row['k'])} | {_fmt(row['alpha'], '.3f')} | "
+                    f"{_fmt(row['predicted_speedup'], '.2f', 'x')} | {_fmt(row['speedup'], '.2f', 'x')} |"
+                )
+    lines += ["", "## Strategies", "", "What the engine reported doing at the end of each run, per mode:", ""]
+    for row in report["summary"]:
+        if row["category"] == ALL:
+            lines.append(f"- {config_label(row['mode'], row['k'])}: " + "; ".join(row["strategies"]))
+    if report.get("auto_calibration"):
+        cal = report["auto_calibration"]
+        lines.append(
+            f"\nauto mode's own calibration: t1 = {cal['t1'] * 1000:.1f} ms, c = {_fmt(cal['c'], '.3f')}, "
+            + ", ".join(f"r({n}) = {r:.2f}" for n, r in cal["r"].items())
+        )
+    lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plot_files]
+    return "\n".join(lines) + "\n"
+
+
+def write_plots(summary: Sequence[dict], out: Path) -> list[str]:
+    """PNG charts beside the report; returns their file names."""
+    categories = list(dict.fromkeys(row["category"] for row in summary))
+    configs = list(dict.fromkeys((row["mode"], row["k"]) for row in summary))
+    rows = {(row["category"], row["mode"], row["k"]): row for row in summary}
+    width = max(800, 110 * len(categories))
+    charts = {
+        "tokens_per_s.png": plots.bar_chart(
+            categories,
+            {
+                config_label(*cfg): [
+                    rows[(cat, *cfg)]["tokens_per_s"] if (cat, *cfg) in rows else None for cat in categories
+                ]
+                for cfg in configs
+            },
+            "Generation speed by category (median of repeats)",
+            "tokens/s",
+            size=(width, 450),
+        )
+    }
+    drafting = [cfg for cfg in configs if cfg[0] != "plain"]
+    pooled = [rows[(ALL, *cfg)] for cfg in drafting if (ALL, *cfg) in rows]
+    if pooled:
+        charts["speedup.png"] = plots.bar_chart(
+            [config_label(row["mode"], row["k"]) for row in pooled],
+            {"measured": [row["speedup"] for row in pooled], "predicted": [row["predicted_speedup"] for row in pooled]},
+            "Speedup over plain decoding, all prompts (dashed: 1x)",
+            "speedup",
+            reference=1.0,
+            size=(max(800, 110 * len(pooled)), 450),
+        )
+        charts["acceptance_by_position.png"] = plots.line_chart(
+            {
+                config_label(row["mode"], row["k"]): [
+                    (i + 1, a) for i, a in enumerate(row["acceptance_by_pos"]) if a is not None
+                ]
+                for row in pooled
+            },
+            "Acceptance by draft position, all prompts",
+            "draft position",
+            "acceptance",
+        )
+    for name, image in charts.items():
+        image.save(out / name)
+    return list(charts)
+
+
+def write_report(report: dict, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    plot_files = write_plots(report["summary"], out)
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    (out / "report.md").write_text(render_markdown(report, plot_files))
+    return [out / "report.json", out / "report.md", *(out / name for name in plot_files)]

@@ -1,0 +1,307 @@
+"""`specchat bench` on the real test models, the suite loader, and the report's math."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from specchat.bench import builtin_suite_path, load_suite, run_configs
+from specchat.bench_report import ALL, fit_cost_model, median, solve_alpha
+from specchat.engine import costmodel
+from specchat.errors import SpecchatError
+from specchat.plots import nice_ticks
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC_BENCH_KINDS = {"multi_turn", "translation", "summarization", "qa", "math_reasoning", "rag"}
+
+
+def specchat(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "app")}
+    return subprocess.run(
+        [sys.executable, "-m", "specchat", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=900
+    )
+
+
+# The math
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.72, 0.9, 0.999])
+def test_solve_alpha_inverts_expected_tokens(alpha, k):
+    assert solve_alpha(costmodel.expected_tokens(alpha, k), k) == pytest.approx(alpha, abs=1e-6)
+
+
+def test_solve_alpha_clamps_measurements_outside_the_model():
+    assert solve_alpha(0.9, 4) == 0.0  # fewer than one token per step cannot come from the model
+    assert solve_alpha(5.0, 4) == 1.0  # every draft plus the bonus
+
+
+def test_median_of_even_and_odd_counts():
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0, 3.0, 2.0]) == 2.5
+    assert median([]) == 0.0
+
+
+def _record(
+    mode: str, by_n: dict[int, tuple[float, int]], draft_s: float = 0.0, drafted: int = 0, accepted: float = 0
+) -> dict:
+    return {
+        "mode": mode,
+        "verify_s_by_n": {str(n): s for n, (s, _) in by_n.items()},
+        "verify_calls_by_n": {str(n): calls for n, (_, calls) in by_n.items()},
+        "iterations": sum(calls for _, calls in by_n.values()),
+        "draft_s": draft_s,
+        "drafted": drafted,
+        "accepted": accepted,
+    }
+
+
+def test_cost_model_fit_follows_design_md_definitions():
+    e = costmodel.expected_tokens(0.8, 4)
+    runs = [
+        _record("plain", {1: (1.0, 10)}),  # t1 = 0.1 s
+        _record("plain", {1: (3.0, 30)}),
+        # Four drafts every step: r(5) = 2.5, c = 0.2, and E(4) tokens per step at alpha = 0.8.
+        _record("speculative", {5: (2.5, 10)}, draft_s=0.8, drafted=40, accepted=10 * (e - 1)),
+        # Lookup drafted 4 tokens in 10 steps, 2 in 8 and none in 2: r(3) = 2.0.
+        _record("lookup", {5: (2.5, 10), 3: (1.6, 8), 1: (0.2, 2)}, draft_s=0.0056, drafted=56, accepted=30),
+    ]
+    fit = fit_cost_model(runs)
+    assert fit.t1_s == pytest.approx(0.1)  # from plain runs only
+    assert fit.r == pytest.approx({3: 2.0, 5: 2.5})
+    assert fit.c == pytest.approx({"speculative": 0.2, "lookup": 0.001})
+    r = costmodel.interpolate_r(fit.r)
+    # With k drafts every step the prediction is design.md's S(k).
+    assert fit.predicted_speedup("speculative", runs[2:3]) == pytest.approx(costmodel.speedup(0.8, 4, 0.2, r))
+    # Lookup's steps are costed at the batch sizes they used: (20 steps + 30 accepted) / (25 + 16 + 2 + 0.056).
+    assert fit.predicted_speedup("lookup", runs[3:]) == pytest.approx(50 / 43.056)
+    assert fit.predicted_speedup("plain", runs[:2]) is None
+
+
+def test_cost_model_is_not_fitted_without_single_token_steps():
+    assert fit_cost_model([_record("speculative", {5: (1.0, 4)}, 0.1, 16, 12)]) is None
+
+
+def test_nice_ticks_cover_the_range_in_round_steps():
+    ticks = nice_ticks(0.0, 13.7)
+    assert ticks[0] <= 0.0 and ticks[-1] >= 13.7
+    steps = {round(b - a, 9) for a, b in zip(ticks, ticks[1:])}
+    assert len(steps) == 1 and steps.pop() in (1, 2, 2.5, 5)
+
+
+def test_plain_runs_once_and_other_modes_at_every_k():
+    assert run_configs(["plain", "speculative", "lookup"], [2, 4]) == [
+        ("plain", 0),
+        ("speculative", 2),
+        ("speculative", 4),
+        ("lookup", 2),
+        ("lookup", 4),
+    ]
+
+
+# The suite
+
+
+def test_builtin_suite_has_spec_bench_kinds_and_code_prompts():
+    items = load_suite("builtin")
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.category] = counts.get(item.category, 0) + 1
+        assert item.messages and item.messages[-1]["role"] == "user" and item.messages[-1]["content"].strip()
+    assert set(counts) == SPEC_BENCH_KINDS | {"code_generation", "code_editing"}
+    assert min(counts.values()) >= 3, counts
+    assert len({item.id for item in items}) == len(items)
+    assert any(len(item.messages) > 1 for item in items if item.category == "multi_turn")
+    # Code editing repeats its input: the function to rewrite is in the prompt.
+    assert all("def " in item.messages[-1]["content"] for item in items if item.category == "code_editing")
+
+
+def test_suite_lines_of_both_shapes_and_category_filter(tmp_path):
+    suite = tmp_path / "s.jsonl"
+    suite.write_text(
+        '{"id": "a", "category": "x", "prompt": "Hello"}\n\n'
+        '{"id": "b", "category": "y", "messages": [{"role": "user", "content": "Hi"}]}\n'
+    )
+    items = load_suite(str(suite))
+    assert [(i.id, i.category, i.messages) for i in items] == [
+        ("a", "x", [{"role": "user", "content": "Hello"}]),
+        ("b", "y", [{"role": "user", "content": "Hi"}]),
+    ]
+    assert [i.id for i in load_suite(str(suite), ["y"])] == ["b"]
+    with pytest.raises(SpecchatError, match="no prompts in categories z"):
+        load_suite(str(suite), ["z"])
+
+
+def test_bad_suite_line_names_file_and_line(tmp_path):
+    suite = tmp_path / "bad.jsonl"
+    suite.write_text('{"id": "a", "category": "x", "prompt": "ok"}\n{"id": "b", "prompt": "no category"}\n')
+    with pytest.raises(SpecchatError, match=r"bad\.jsonl:2: a suite line must be"):
+        load_suite(str(suite))
+
+
+def test_wheel_ships_the_builtin_suite_and_the_loader_finds_it(tmp_path):
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(REPO)],
+        capture_output=True,
+        text=True,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    wheel = next(tmp_path.glob("specchat-*.whl"))
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    packaged = site / "specchat" / "benchmarks" / "suite.jsonl"
+    assert packaged.read_bytes() == (REPO / "benchmarks" / "suite.jsonl").read_bytes()
+    found = subprocess.run(
+        [sys.executable, "-c", "from specchat.bench import builtin_suite_path; print(builtin_suite_path())"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(site)},
+        cwd=tmp_path,
+    )
+    assert Path(found.stdout.strip()) == packaged, found.stderr
+    assert builtin_suite_path() == REPO / "benchmarks" / "suite.jsonl"  # from the source tree
+
+
+# The command on real models
+
+
+@pytest.fixture(scope="module")
+def bench_run(tiny_model, tmp_path_factory):
+    """One real `specchat bench` with SmolLM2 drafting for itself on a three-prompt suite."""
+    tmp = tmp_path_factory.mktemp("bench")
+    suite = tmp / "tiny.jsonl"
+    suite.write_text(
+        "\n".join(
+            json.dumps(line)
+            for line in [
+                {"id": "code-1", "category": "code", "prompt": "Write a Python function that reverses a string."},
+                {"id": "code-2", "category": "code", "prompt": "Write a Python function that sums a list."},
+                {
+                    "id": "chat-1",
+                    "category": "chat",
+                    "messages": [
+                        {"role": "user", "content": "Name a fruit."},
+                        {"role": "assistant", "content": "An apple."},
+                        {"role": "user", "content": "Describe it in one sentence."},
+                    ],
+                },
+            ]
+        )
+    )
+    out = tmp / "out"
+    args = ["--target", str(tiny_model), "--draft", str(tiny_model), "--suite", str(suite)]
+    args += ["--modes", "plain,speculative,lookup", "--k", "2,3", "--max-tokens", "24", "--repeats", "2"]
+    run = specchat("bench", *args, "--threads", "2", "--out", str(out))
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run, out, json.loads((out / "report.json").read_text())
+
+
+@pytest.mark.models
+def test_bench_writes_report_files_and_plots(bench_run):
+    run, out, report = bench_run
+    md = (out / "report.md").read_text()
+    for name in ("tokens_per_s.png", "speedup.png", "acceptance_by_position.png"):
+        with Image.open(out / name) as image:
+            assert image.format == "PNG" and image.width >= 800
+        assert f"]({name})" in md
+    for heading in ("## Machine", "## Models", "## Results", "## Cost model"):
+        assert heading in md
+    assert "speculative k=3" in md and "smollm2-135m-instruct-q4_1.gguf" in md
+    # Progress on the terminal: one line per timed generation (3 prompts x 5 configs x 2 repeats).
+    assert sum(line.startswith("[") for line in run.stderr.splitlines()) == 30
+    assert "[30/30]" in run.stderr
+    assert "wrote" in run.stdout and "report.json" in run.stdout
+
+
+@pytest.mark.models
+def test_report_json_keeps_machine_models_and_every_raw_timing(bench_run):
+    _, _, report = bench_run
+    machine = report["machine"]
+    assert machine["cpu"] and machine["cores"] >= 1 and machine["threads"] == 2
+    assert "CPU" in machine["system_info"] and machine["llama_cpp_python"] == "0.3.36"
+    for role in ("target", "draft"):
+        model = report["models"][role]
+        assert model["quantization"] == "Q4_1" and model["size_bytes"] > 50_000_000
+    runs = report["runs"]
+    assert len(runs) == 30
+    assert {(r["mode"], r["k"]) for r in runs} == {
+        ("plain", 0),
+        ("speculative", 2),
+        ("speculative", 3),
+        ("lookup", 2),
+        ("lookup", 3),
+    }
+    for r in runs:
+        assert r["tokens"] > 0 and r["wall_s"] > 0 and r["verify_s"] > 0
+        assert sum(r["verify_calls_by_n"].values()) == r["iterations"]
+        assert r["strategy"] and r["finish_reason"] in ("eog", "length")
+
+
+@pytest.mark.models
+def test_speedup_is_the_ratio_of_medians_from_this_invocations_runs(bench_run):
+    _, _, report = bench_run
+    runs = report["runs"]
+
+    def median_tps(category: str, mode: str, k: int) -> float:
+        per_repeat = []
+        for repeat in (0, 1):
+            group = [
+                r
+                for r in runs
+                if r["repeat"] == repeat and (r["mode"], r["k"]) == (mode, k) and category in (ALL, r["category"])
+            ]
+            per_repeat.append(sum(r["tokens"] for r in group) / sum(r["wall_s"] for r in group))
+        return median(per_repeat)
+
+    rows = {(row["category"], row["mode"], row["k"]): row for row in report["summary"]}
+    assert set(rows) == {
+        (c, m, k) for c in ("code", "chat", ALL) for m, k in run_configs(["plain", "speculative", "lookup"], [2, 3])
+    }
+    for (category, mode, k), row in rows.items():
+        assert row["tokens_per_s"] == pytest.approx(median_tps(category, mode, k))
+        assert row["speedup"] == pytest.approx(median_tps(category, mode, k) / median_tps(category, "plain", 0))
+
+
+@pytest.mark.models
+def test_self_drafting_accepts_everything_and_the_cost_model_is_fitted(bench_run):
+    _, _, report = bench_run
+    fit = report["cost_model"]
+    assert fit["t1_s"] > 0
+    assert {"3", "4"} <= set(fit["r"])  # verify batches of k + 1 for k = 2, 3
+    assert fit["c"]["speculative"] > fit["c"]["lookup"] >= 0  # a model draft costs more than an n-gram lookup
+    for row in report["summary"]:
+        if row["mode"] == "speculative":
+            # The model drafting for itself greedily: every draft accepted, so alpha = 1.
+            assert row["acceptance_rate"] == 1.0 and row["alpha"] == 1.0
+            assert row["acceptance_by_pos"] == [1.0] * row["k"]
+            # 24 tokens are whole steps of k + 1 for k = 2, 3, so no draft was cut short and every step verified
+            # k + 1 tokens: the prediction is then design.md's S(k) at alpha = 1.
+            steps = {
+                n
+                for run in report["runs"]
+                if run["mode"] == "speculative" and run["k"] == row["k"]
+                for n in run["verify_calls_by_n"]
+            }
+            assert steps == {str(row["k"] + 1)}
+            r = costmodel.interpolate_r({int(n): v for n, v in fit["r"].items()})
+            assert row["predicted_speedup"] == pytest.approx(
+                costmodel.speedup(1.0, row["k"], fit["c"]["speculative"], r)
+            )
+        if row["mode"] == "plain":
+            assert row["acceptance_rate"] is None and row["predicted_speedup"] is None
+
+
+@pytest.mark.models
+def test_bench_refuses_unknown_modes_and_speculation_without_a_draft(tiny_model, tmp_path):
+    bad = specchat("bench", "--target", str(tiny_model), "--modes", "plain,warp", "--out", str(tmp_path / "a"))
+    assert bad.returncode != 0 and "unknown mode(s) warp" in bad.stderr
+    no_draft = specchat("bench", "--target", str(tiny_model), "--modes", "speculative", "--out", str(tmp_path / "b"))
+    assert no_draft.returncode != 0 and "speculative mode needs a draft model" in no_draft.stderr
+    assert not (tmp_path / "b").exists()
