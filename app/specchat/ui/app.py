@@ -1,0 +1,447 @@
+"""The chat app: streaming chat with the token overlay, live stats, settings and the models view.
+
+A thin layer over the engine: it renders token events and never calls llama.cpp itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import fields, replace
+from importlib import resources
+from pathlib import Path
+
+import gradio as gr
+
+from specchat import catalog
+from specchat.cli import add_model_arguments, resolve_models
+from specchat.engine import MODES, BackendConfig, Engine, GenerationSettings, Stats
+from specchat.errors import SpecchatError
+from specchat.ui import compare_tab
+from specchat.ui.host import EngineHost
+from specchat.ui.models_view import ModelsView, model_banner
+from specchat.ui.overlay import Piece, legend_html, overlay_html, text_of
+from specchat.ui.settings import LIMITS, Settings, load_settings, save_settings
+from specchat.ui.stats_view import acceptance_svg, stats_html
+
+SETTING_NAMES = [f.name for f in fields(Settings)]
+MODE_LABELS = {
+    "auto": "Auto (chooses for you)",
+    "speculative": "Speculative (draft model)",
+    "lookup": "Prompt lookup (no draft model)",
+    "plain": "Plain (target only)",
+}
+# Streamed updates at most this often: each one re-sends the conversation, and the browser need not see every token.
+UPDATE_INTERVAL_S = 0.08
+# How long a waiting request sleeps between looks at its place in line (and at the Stop button).
+WAIT_POLL_S = 0.25
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="interface to serve on (default 127.0.0.1: this machine only)"
+    )
+    parser.add_argument("--port", type=int, default=7860, help="port to serve on (default 7860)")
+    parser.add_argument("--no-browser", action="store_true", help="do not open a browser window")
+    add_model_arguments(parser)
+    # Unset threads / GPU layers mean "as saved in the settings", not the command line's own defaults.
+    parser.set_defaults(threads=None, gpu_layers=None)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Serve the app until interrupted."""
+    overrides = {name: getattr(args, name) for name in ("threads", "gpu_layers") if getattr(args, name) is not None}
+    host = EngineHost()
+    try:
+        chosen = chosen_models(args)
+    except catalog.NotInstalledError as e:
+        if not args.pair:
+            raise
+        # A catalog pair not downloaded yet: open on the models view with that pair one click from downloading.
+        print(f"{e}; opening the models view to download it", file=sys.stderr)
+        chosen = None
+    if chosen is not None:
+        host.load(*chosen, backend_config(replace(load_settings(), **overrides), args.n_ctx))
+    demo = build_app(host, n_ctx=args.n_ctx, overrides=overrides, pair=args.pair)
+    try:
+        launch(demo, args.host, args.port, open_browser=not args.no_browser)
+    except OSError as e:
+        raise SpecchatError(f"cannot serve on {args.host}:{args.port} ({e}); choose another --port") from None
+    finally:
+        host.close()
+    return 0
+
+
+def chosen_models(args: argparse.Namespace) -> tuple[Path, Path | None] | None:
+    """The models named on the command line, else the installed default pair, else None (open the models view)."""
+    if args.pair or args.target or args.draft:
+        return resolve_models(args)
+    return catalog.installed_default_pair()
+
+
+def backend_config(settings: Settings, n_ctx: int) -> BackendConfig:
+    return BackendConfig(n_ctx=n_ctx, n_threads=settings.threads or None, n_gpu_layers=settings.gpu_layers)
+
+
+def launch(demo: gr.Blocks, host: str, port: int, open_browser: bool = False) -> None:
+    """Serve until interrupted."""
+    demo.launch(
+        server_name=host,
+        server_port=port,
+        inbrowser=open_browser,
+        share=False,
+        css=stylesheet(),
+        theme=gr.themes.Default(primary_hue="indigo", neutral_hue="slate"),
+        footer_links=["settings"],
+    )
+
+
+def stylesheet() -> str:
+    """assets/overlay.css: packaged as specchat/assets in a wheel, at the repository root in a checkout."""
+    packaged = resources.files("specchat") / "assets" / "overlay.css"
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    return (Path(__file__).resolve().parents[3] / "assets" / "overlay.css").read_text(encoding="utf-8")
+
+
+# Rendering
+
+
+def _user_html(text: str) -> str:
+    return f'<div class="sc-user">{html.escape(text).replace(chr(10), "<br>")}</div>'
+
+
+def overlay_messages(conv: list[dict]) -> list[dict]:
+    """The conversation for the overlay chat, which shows HTML as is: every model or user text is escaped."""
+    return [
+        {
+            "role": m["role"],
+            "content": overlay_html(m["pieces"]) if m["role"] == "assistant" else _user_html(m["content"]),
+        }
+        for m in conv
+    ]
+
+
+def markdown_messages(conv: list[dict]) -> list[dict]:
+    return [{"role": m["role"], "content": m["content"]} for m in conv]
+
+
+def chat_views(conv: list[dict], overlay: bool) -> tuple:
+    """New values for (overlay chat, Markdown chat); only the visible one is rendered."""
+    return (overlay_messages(conv), gr.skip()) if overlay else (gr.skip(), markdown_messages(conv))
+
+
+_UNCHANGED = object()
+
+
+def _update(
+    textbox: object, conv: list[dict], overlay: bool, state: str, text: str, stats: object = _UNCHANGED
+) -> tuple:
+    """One update of the chat's outputs: (textbox, conversation, overlay chat, Markdown chat, stats, plot, status)."""
+    panels = (gr.skip(), gr.skip()) if stats is _UNCHANGED else (stats_html(stats), acceptance_svg(stats))
+    return (textbox, conv, *chat_views(conv, overlay), *panels, status_html(state, text))
+
+
+def status_html(state: str, text: str) -> str:
+    return f'<div class="sc-status" data-state="{state}">{html.escape(text)}</div>'
+
+
+_FINISHED = {
+    "eog": "Done.",
+    "length": "Stopped at the max tokens setting.",
+    "stop": "Stopped at a stop string.",
+    "closed": "Stopped.",
+}
+
+
+class ChatApp:
+    """Event handlers of one app; each browser tab is a session with its own conversation and Stop button."""
+
+    def __init__(self, host: EngineHost, n_ctx: int, overrides: dict):
+        self.host = host
+        self.n_ctx = n_ctx
+        self.overrides = overrides
+        self._stops: dict[str, threading.Event] = {}
+        self._busy: set[str] = set()  # sessions with an answer in progress
+
+    def settings(self) -> Settings:
+        return replace(load_settings(), **self.overrides)
+
+    def _stop_event(self, request: gr.Request) -> threading.Event:
+        return self._stops.setdefault(request.session_hash or "", threading.Event())
+
+    def stop(self, request: gr.Request) -> None:
+        self._stop_event(request).set()
+
+    def forget_session(self, request: gr.Request) -> None:
+        """A closed tab: end its answer, if any, so the next request in line need not wait for max tokens."""
+        self._stops.pop(request.session_hash or "", threading.Event()).set()
+
+    def save(self, *values) -> None:
+        save_settings(self._from(values))
+
+    def respond(self, request: gr.Request, message: str, conv: list[dict], *values) -> Iterator[tuple]:
+        """Stream one answer. Yields (textbox, conversation, overlay chat, Markdown chat, stats, plot, status)."""
+        s = self._from(values)
+        session = request.session_hash or ""
+        if session in self._busy:
+            # A second Enter while this tab's answer streams would interleave two answers in one conversation.
+            yield *[gr.skip()] * 6, status_html("busy", "Still answering: wait, or press Stop first.")
+            return
+        engine = self.host.engine
+        if not message.strip():
+            yield _update(gr.skip(), conv, s.overlay, "idle", "")
+            return
+        if engine is None:
+            status = self.host.status()
+            text = status.message if status.state != "empty" else "No model is loaded: load one in the Models tab."
+            yield _update(message, conv, s.overlay, "error", text)
+            return
+        try:
+            seed = None if s.seed < 0 else s.seed
+            settings = GenerationSettings(mode=s.mode, k=s.k, sampling=s.sampling, seed=seed, max_tokens=s.max_tokens)
+        except ValueError as e:
+            yield _update(message, conv, s.overlay, "error", str(e))
+            return
+        self._busy.add(session)
+        stop = self._stop_event(request)
+        stop.clear()
+        ticket = self.host.join_line()
+        try:
+            yield from self._answer(engine, message, conv, s, settings, stop, ticket)
+        finally:
+            self.host.leave_line(ticket)
+            self._busy.discard(session)
+
+    def _answer(
+        self,
+        engine: Engine,
+        message: str,
+        conv: list[dict],
+        s: Settings,
+        settings: GenerationSettings,
+        stop: threading.Event,
+        ticket: object,
+    ) -> Iterator[tuple]:
+        system = [{"role": "system", "content": s.system_prompt}] if s.system_prompt.strip() else []
+        prompt = [*system, *({"role": m["role"], "content": m["content"]} for m in conv)]
+        prompt.append({"role": "user", "content": message})
+        asked = [*conv, {"role": "user", "content": message}]
+        while (ahead := self.host.place(ticket, WAIT_POLL_S)) > 0 or not engine.lock.acquire(timeout=WAIT_POLL_S):
+            if stop.is_set():
+                yield _update(message, conv, s.overlay, "stopped", "Stopped before the answer started.")
+                return
+            waiting = f"{ahead} request{'s' * (ahead != 1)} ahead" if ahead else "the engine is busy"
+            text = f"Waiting in line: {waiting}. This model answers one request at a time."
+            yield _update("", asked, s.overlay, "waiting", text)
+        try:
+            if self.host.engine is not engine:
+                raise SpecchatError("the model was changed while this message waited; send it again")
+            events = engine.chat(prompt, settings)
+        except SpecchatError as e:
+            engine.lock.release()
+            yield _update(message, conv, s.overlay, "error", str(e))
+            return
+        answer = {"role": "assistant", "content": "", "pieces": []}
+        conv = [*asked, answer]
+        stats: Stats | None = None
+        try:
+            yield _update("", conv, s.overlay, "generating", "Reading the prompt…")
+            last = time.perf_counter()
+            for ev in events:
+                stats = ev.stats
+                answer["pieces"].append(Piece(ev.kind, ev.text, ev.draft_pos))
+                if stop.is_set():
+                    break
+                if time.perf_counter() - last >= UPDATE_INTERVAL_S:
+                    last = time.perf_counter()
+                    answer["content"] = text_of(answer["pieces"])
+                    yield _update("", conv, s.overlay, "generating", f"Generating… {stats.tokens} tokens", stats)
+        finally:
+            events.close()
+            engine.lock.release()
+        answer["content"] = text_of(answer["pieces"])
+        stats = stats or engine.last_stats
+        finish = stats.finish_reason if stats is not None else "closed"
+        state = "stopped" if finish == "closed" else "done"
+        yield _update("", conv, s.overlay, state, _FINISHED.get(finish, "Done."), stats)
+
+    def regenerate(self, request: gr.Request, conv: list[dict], *values) -> Iterator[tuple]:
+        last_user = max((i for i, m in enumerate(conv) if m["role"] == "user"), default=None)
+        if last_user is None:
+            yield _update(gr.skip(), conv, self._from(values).overlay, "idle", "Nothing to regenerate yet.")
+            return
+        yield from self.respond(request, conv[last_user]["content"], conv[:last_user], *values)
+
+    def clear(self, overlay: bool) -> tuple:
+        return [], *chat_views([], overlay), stats_html(None), acceptance_svg(None), status_html("idle", "")
+
+    def switch_view(self, conv: list[dict], overlay: bool) -> tuple:
+        overlay_chat, md_chat = overlay_messages(conv), markdown_messages(conv)
+        return gr.update(value=overlay_chat, visible=overlay), gr.update(value=md_chat, visible=not overlay)
+
+    def reload(self, *values) -> str:
+        """Load the current pair again, with the threads and GPU layers now set."""
+        status = self.host.status()
+        if status.target is None:
+            gr.Warning("No model has been loaded yet: choose one in the Models tab.")
+        else:
+            try:
+                self.host.load(status.target, status.draft, backend_config(self._from(values), self.n_ctx))
+            except SpecchatError as e:
+                gr.Warning(str(e))
+        return model_banner(self.host)
+
+    @staticmethod
+    def _from(values: tuple) -> Settings:
+        return Settings.from_dict(dict(zip(SETTING_NAMES, values)))
+
+
+def build_app(host: EngineHost, n_ctx: int = 4096, overrides: dict | None = None, pair: str | None = None) -> gr.Blocks:
+    """The whole app over one shared engine host (loading or loaded by the caller, or empty).
+
+    overrides: settings given on the command line, over the saved ones; pair: the pair the models view offers first
+    (default: the catalog's default pair).
+    """
+    app = ChatApp(host, n_ctx, overrides or {})
+    initial = app.settings()
+    with gr.Blocks(title="specchat", analytics_enabled=False) as demo:
+        with gr.Row(elem_classes="sc-header"):
+            gr.HTML('<div class="sc-title">specchat <span>exact speculative decoding, locally</span></div>')
+            banner = gr.HTML(model_banner(host), elem_id="sc-model")
+        conv = gr.State([])
+        with gr.Tabs(selected="models" if host.status().state == "empty" else "chat"):
+            with gr.Tab("Chat", id="chat"):
+                with gr.Row(equal_height=False):
+                    with gr.Column(scale=3, min_width=420):
+                        with gr.Row(elem_classes="sc-legend-row"):
+                            gr.HTML(legend_html())
+                            overlay_switch = gr.Checkbox(
+                                initial.overlay, label="Token overlay", container=False, elem_id="sc-overlay-switch"
+                            )
+                        common = dict(
+                            height=520,
+                            latex_delimiters=[],
+                            show_label=False,
+                            feedback_options=None,
+                            layout="panel",
+                            placeholder="Ask something: each answer token shows where it came from.",
+                        )
+                        # The overlay's HTML is escaped here (overlay.py) and needs its data-kind attributes, which
+                        # Gradio's sanitizer would strip; the Markdown view keeps Gradio's own sanitizing.
+                        overlay_chat = gr.Chatbot(
+                            elem_id="sc-chat-overlay",
+                            visible=initial.overlay,
+                            render_markdown=False,
+                            sanitize_html=False,
+                            buttons=[],
+                            **common,
+                        )
+                        md_chat = gr.Chatbot(
+                            elem_id="sc-chat-markdown",
+                            visible=not initial.overlay,
+                            buttons=["copy", "copy_all"],
+                            **common,
+                        )
+                        with gr.Row():
+                            textbox = gr.Textbox(
+                                placeholder="Message (Enter sends, Shift+Enter for a new line)",
+                                show_label=False,
+                                scale=5,
+                                lines=1,
+                                max_lines=8,
+                                elem_id="sc-input",
+                                autofocus=True,
+                            )
+                            send = gr.Button("Send", variant="primary", scale=1, min_width=80, elem_id="sc-send")
+                            stop = gr.Button("Stop", variant="stop", scale=1, min_width=80, elem_id="sc-stop")
+                        with gr.Row():
+                            regen = gr.Button("Regenerate", size="sm", elem_id="sc-regenerate")
+                            clear = gr.Button("Clear", size="sm", elem_id="sc-clear")
+                        status = gr.HTML(status_html("idle", ""), elem_id="sc-status")
+                    with gr.Column(scale=1, min_width=300):
+                        stats = gr.HTML(stats_html(None), elem_id="sc-stats")
+                        plot = gr.HTML(acceptance_svg(None), elem_id="sc-plot")
+                        with gr.Accordion("Settings", open=False, elem_id="sc-settings"):
+                            controls = _settings_controls(initial)
+                            controls["overlay"] = overlay_switch
+                            reload = gr.Button("Reload the model with these threads / GPU layers", size="sm")
+            with gr.Tab("Compare", id="compare"):
+                compare_tab.build(host.get_engine)
+            with gr.Tab("Models", id="models"):
+                models = ModelsView(host, n_ctx)
+                models.build(controls["threads"], controls["gpu_layers"], banner, pair)
+
+        setting_inputs = [controls[name] for name in SETTING_NAMES]
+        outputs = [textbox, conv, overlay_chat, md_chat, stats, plot, status]
+        chat_args = dict(show_progress="hidden", concurrency_limit=None)
+        runs = [
+            textbox.submit(app.respond, [textbox, conv, *setting_inputs], outputs, **chat_args),
+            send.click(app.respond, [textbox, conv, *setting_inputs], outputs, **chat_args),
+            regen.click(app.regenerate, [conv, *setting_inputs], outputs, **chat_args),
+        ]
+        stop.click(app.stop, None, None, queue=False)
+        # The chats' own trash buttons clear the conversation too, not just what is shown.
+        for clearing in (clear.click, overlay_chat.clear, md_chat.clear):
+            clearing(app.stop, None, None, queue=False).then(
+                app.clear, [overlay_switch], [conv, overlay_chat, md_chat, stats, plot, status], cancels=runs
+            )
+        overlay_switch.change(app.switch_view, [conv, overlay_switch], [overlay_chat, md_chat], show_progress="hidden")
+        for control in setting_inputs:
+            control.change(app.save, setting_inputs, None, show_progress="hidden", queue=False)
+        reload.click(app.reload, setting_inputs, banner)
+
+        # A new tab shows the settings as saved now (another tab may have changed them since start-up).
+        demo.load(lambda: [getattr(app.settings(), n) for n in SETTING_NAMES], None, setting_inputs, queue=False)
+        demo.load(lambda: model_banner(host), None, banner, queue=False)
+        timer = gr.Timer(1.0)
+        timer.tick(lambda: model_banner(host), None, banner, show_progress="hidden", queue=False)
+        demo.unload(app.forget_session)
+    return demo
+
+
+def _settings_controls(s: Settings) -> dict[str, gr.components.Component]:
+    def slider(name: str, label: str, step: float, info: str | None = None) -> gr.Slider:
+        lo, hi = LIMITS[name]
+        return gr.Slider(lo, hi, value=getattr(s, name), step=step, label=label, info=info, elem_id=f"sc-set-{name}")
+
+    return {
+        "system_prompt": gr.Textbox(s.system_prompt, label="System prompt", lines=2, elem_id="sc-set-system_prompt"),
+        "mode": gr.Radio(
+            [(MODE_LABELS.get(m, m), m) for m in MODES], value=s.mode, label="Decoding", elem_id="sc-set-mode"
+        ),
+        "k": slider("k", "Draft length", 1, "tokens drafted per verify step"),
+        "temperature": slider("temperature", "Temperature", 0.05, "0 decodes greedily"),
+        "top_k": slider("top_k", "Top-k", 1, "0: off"),
+        "top_p": slider("top_p", "Top-p", 0.01, "1: off"),
+        "min_p": slider("min_p", "Min-p", 0.01, "0: off"),
+        "seed": gr.Number(
+            s.seed,
+            label="Seed (-1: random)",
+            precision=0,
+            minimum=LIMITS["seed"][0],
+            maximum=LIMITS["seed"][1],
+            elem_id="sc-set-seed",
+        ),
+        "max_tokens": slider("max_tokens", "Max tokens", 1),
+        "threads": gr.Number(
+            s.threads,
+            label="CPU threads (0: all cores; applies on load)",
+            precision=0,
+            minimum=LIMITS["threads"][0],
+            maximum=LIMITS["threads"][1],
+            elem_id="sc-set-threads",
+        ),
+        "gpu_layers": gr.Number(
+            s.gpu_layers,
+            label="GPU layers (-1: all; applies on load)",
+            precision=0,
+            minimum=LIMITS["gpu_layers"][0],
+            maximum=LIMITS["gpu_layers"][1],
+            elem_id="sc-set-gpu_layers",
+        ),
+    }

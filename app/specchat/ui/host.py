@@ -1,0 +1,111 @@
+"""The one engine every browser tab shares: loading it in the background, and taking turns on it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from specchat.engine import BackendConfig, Engine
+from specchat.errors import SpecchatError
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    state: str  # "empty" | "loading" | "ready" | "error"
+    message: str
+    target: Path | None
+    draft: Path | None
+    seconds: float  # how long the current load has run, or how long the finished one took
+
+
+class EngineHost:
+    def __init__(self) -> None:
+        self.engine: Engine | None = None
+        self._status = HostStatus(
+            "empty", "No model loaded: choose or download a pair in the Models tab.", None, None, 0
+        )
+        self._started = 0.0
+        self._guard = threading.Lock()  # guards engine and _status
+        self._line: list[object] = []  # chat requests in arrival order; the first one holds the turn
+        self._line_changed = threading.Condition()
+
+    def get_engine(self) -> Engine | None:
+        return self.engine
+
+    def status(self) -> HostStatus:
+        with self._guard:
+            s = self._status
+            if s.state == "loading":
+                return HostStatus(s.state, s.message, s.target, s.draft, time.perf_counter() - self._started)
+            return s
+
+    # Loading
+
+    def load(self, target: Path, draft: Path | None, config: BackendConfig) -> None:
+        """Start loading a pair in the background; the old engine is closed once no answer is using it."""
+        with self._guard:
+            if self._status.state == "loading":
+                raise SpecchatError("a model is still loading; wait until it is ready, then choose again")
+            names = target.name + (f" drafted by {draft.name}" if draft else "")
+            self._status = HostStatus("loading", f"Loading {names}…", target, draft, 0)
+            self._started = time.perf_counter()
+        threading.Thread(target=self._load, args=(target, draft, config), daemon=True, name="specchat-load").start()
+
+    def _load(self, target: Path, draft: Path | None, config: BackendConfig) -> None:
+        old = self.engine
+        if old is not None:
+            with old.lock:
+                self.engine = None
+                old.close()
+        try:
+            engine = Engine.load(target, draft, config)
+        except SpecchatError as e:
+            self._finish("error", f"Could not load the model: {e}", target, draft)
+            return
+        except Exception as e:  # a load thread that died silently would leave the app "loading" forever
+            self._finish("error", f"Could not load the model: {type(e).__name__}: {e}", target, draft)
+            return
+        self.engine = engine
+        names = engine.target.name + (f" + {engine.draft.name} (draft)" if engine.draft else " (no draft model)")
+        self._finish("ready", f"Ready: {names}", target, draft)
+
+    def _finish(self, state: str, message: str, target: Path, draft: Path | None) -> None:
+        with self._guard:
+            self._status = HostStatus(state, message, target, draft, time.perf_counter() - self._started)
+
+    def wait_loaded(self, timeout: float | None = None) -> HostStatus:
+        """Block until no load is running: for callers that need the outcome before going on."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (status := self.status()).state == "loading":
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        return status
+
+    def close(self) -> None:
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            with engine.lock:
+                engine.close()
+
+    # Taking turns: the engine answers one request at a time, first come first served.
+
+    def join_line(self) -> object:
+        ticket = object()
+        with self._line_changed:
+            self._line.append(ticket)
+        return ticket
+
+    def leave_line(self, ticket: object) -> None:
+        with self._line_changed:
+            self._line.remove(ticket)
+            self._line_changed.notify_all()
+
+    def place(self, ticket: object, timeout: float) -> int:
+        """How many requests are ahead of this one, after waiting up to timeout for the line to move."""
+        with self._line_changed:
+            if self._line.index(ticket) > 0:
+                self._line_changed.wait(timeout)
+            return self._line.index(ticket)

@@ -1,0 +1,180 @@
+"""The chat app as users get it: `python -m specchat ui` in a subprocess, driven by Debian's Chromium.
+
+SmolLM2-135M drafts for itself (fast, and greedy decoding accepts its drafts), in a specchat home of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from models.fakehub import COMMIT, FakeHub, Served  # tests/ is on sys.path: it holds the root conftest.py
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts" / "ui"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+# Settings the app starts with: greedy speculative decoding, short answers unless a test asks for more.
+START_SETTINGS = {"mode": "speculative", "k": 4, "temperature": 0.0, "seed": 0, "max_tokens": 160, "overlay": True}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, home: Path, args: list[str], env: dict[str, str]):
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        # The machine's own catalog and hub settings must not leak in; the test's own env decides them.
+        inherited = {
+            k: v for k, v in os.environ.items() if k not in ("SPECCHAT_CATALOG", "HF_ENDPOINT", "HF_HUB_OFFLINE")
+        }
+        env = {**inherited, "SPECCHAT_HOME": str(home), "PYTHONPATH": str(REPO / "app"), **env}
+        self.log = home / "server.log"
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "specchat", "ui", "--port", str(self.port), "--no-browser", *args],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait_up(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"the app exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.url, timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.5)
+        pytest.fail(f"the app did not answer on {self.url} within {timeout} s:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _start(home: Path, args: list[str], env: dict[str, str] | None = None) -> Iterator[Server]:
+    # Offline unless a test brings its own hub: nothing may leave this machine.
+    server = Server(home, args, env or {"HF_HUB_OFFLINE": "1"})
+    try:
+        server.wait_up()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def chat_server(tmp_path_factory, tiny_model) -> Iterator[Server]:
+    """The app with SmolLM2 as target and draft, from the command line."""
+    home = tmp_path_factory.mktemp("specchat-home")
+    (home / "config").mkdir()
+    (home / "config" / "ui_settings.json").write_text(json.dumps(START_SETTINGS))
+    # One thread: the machine's two cores are shared, and llama.cpp's threads stall when they must wait for a core.
+    yield from _start(home, ["--target", str(tiny_model), "--draft", str(tiny_model), "--threads", "1"])
+
+
+@pytest.fixture(scope="module")
+def empty_server(tmp_path_factory) -> Iterator[Server]:
+    """The app on a machine where no model is installed yet."""
+    yield from _start(tmp_path_factory.mktemp("specchat-empty-home"), [])
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.is_file():
+        pytest.skip(f"Debian's Chromium is absent at {CHROMIUM} (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def new_page(browser):
+    """Opens pages; afterwards, fails the test if any page asked for anything off this machine."""
+    contexts, requests = [], []
+
+    def open_page(url: str, **viewport):
+        context = browser.new_context(viewport=viewport or {"width": 1400, "height": 1000})
+        contexts.append(context)
+        page = context.new_page()
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(url)
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()
+    remote = [u for u in requests if not u.startswith(("http://127.0.0.1:", "data:", "blob:"))]
+    assert not remote, f"the app made requests off this machine: {remote[:5]}"
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture(scope="module")
+def hub_server(tmp_path_factory, tiny_model) -> Iterator[tuple[Server, FakeHub, Served]]:
+    """The app with nothing installed, a catalog whose default pair is SmolLM2 drafting for itself, and a local
+    fake hub serving it; the first transfer stalls after 8 MB until the test releases it."""
+    hub = FakeHub().start()
+    served = hub.add("test/smollm2", tiny_model, stall_after=8 << 20)
+    home = tmp_path_factory.mktemp("specchat-hub-home")
+    catalog = home / "catalog.toml"
+    catalog.write_text(
+        f"""default_pair = "smol-pair"
+
+[pairs.smol-pair]
+description = "SmolLM2 135M drafting for itself"
+target = "smol"
+draft = "smol"
+context_length = 2048
+draft_length = 4
+
+[models.smol]
+repo = "test/smollm2"
+file = "{tiny_model.name}"
+revision = "{COMMIT}"
+size = {served.size}
+sha256 = "{served.sha256}"
+"""
+    )
+    env = {"SPECCHAT_CATALOG": str(catalog), "HF_ENDPOINT": hub.url}
+    try:
+        for server in _start(home, ["--threads", "1"], env):
+            yield server, hub, served
+    finally:
+        hub.stop()

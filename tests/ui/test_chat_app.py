@@ -1,0 +1,294 @@
+"""The chat app in a real browser, over real models: streaming with the overlay, stats, Stop, tabs, models view."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.models]
+
+KINDS = {"accepted", "corrected", "bonus", "target"}
+LONG_PROMPT = "Count from 1 to 500, one number per line, with nothing else."
+SETTLED = ("done", "stopped", "error")
+
+# Records every change of the status line's state and of the tokens stat, so that a test can tell what the
+# page showed while an answer streamed, however briefly.
+RECORDER = """() => {
+  window.__seen = [];
+  const look = () => {
+    const status = document.querySelector('#sc-status .sc-status');
+    const tokens = document.querySelector('#sc-stats [data-stat="tokens"]');
+    const entry = [status ? status.dataset.state : '', tokens ? tokens.textContent : ''];
+    const last = window.__seen[window.__seen.length - 1];
+    if (!last || last[0] !== entry[0] || last[1] !== entry[1]) window.__seen.push(entry);
+  };
+  new MutationObserver(look).observe(document.body, {subtree: true, childList: true, characterData: true,
+                                                      attributes: true});
+  look();
+}"""
+
+
+def open_chat(new_page, url: str):
+    page = new_page(url)
+    page.wait_for_selector('#sc-model .sc-model[data-state="ready"]', timeout=180_000)
+    page.wait_for_selector("#sc-input textarea")
+    page.evaluate(RECORDER)
+    return page
+
+
+def send(page, text: str) -> int:
+    """Send a message; returns the mark to give `settle` (how many states were seen before it)."""
+    mark = page.evaluate("window.__seen.length")
+    page.fill("#sc-input textarea", text)
+    page.click("#sc-send")
+    return mark
+
+
+def settle(page, mark: int, timeout: float = 180_000) -> list[tuple[str, str]]:
+    """Wait until the answer sent at `mark` has ended; returns the (state, tokens) pairs seen since."""
+    page.wait_for_function(
+        "([mark, ends]) => window.__seen.slice(mark).some(([state]) => ends.includes(state))",
+        arg=[mark, list(SETTLED)],
+        timeout=timeout,
+    )
+    return [tuple(e) for e in page.evaluate("mark => window.__seen.slice(mark)", mark)]
+
+
+def answers(page):
+    return page.locator("#sc-chat-overlay .sc-overlay")
+
+
+def user_messages(page) -> list[str]:
+    return page.locator("#sc-chat-overlay .sc-user").all_inner_texts()
+
+
+def token_count(page) -> int:
+    return answers(page).last.locator("[data-kind]").count()
+
+
+def set_max_tokens(page, n: int, settings_file: Path) -> None:
+    accordion = page.locator("#sc-settings")
+    if not accordion.locator("#sc-set-max_tokens").is_visible():
+        accordion.locator("button.label-wrap").click()
+    box = page.locator("#sc-set-max_tokens input[type=number]")
+    # Typed again if needed: the page's own load event may still be filling in the saved settings.
+    for _ in range(50):
+        box.fill(str(n))
+        box.press("Enter")
+        page.wait_for_timeout(200)
+        shown = page.locator("#sc-set-max_tokens input[type=range]").input_value()
+        # The change is saved to the config file (what the next tab and the next run start from).
+        if shown == str(n) and json.loads(settings_file.read_text()).get("max_tokens") == n:
+            return
+    pytest.fail(f"max_tokens={n} was not shown and saved to {settings_file}")
+
+
+def settings_file(server) -> Path:
+    return server.home / "config" / "ui_settings.json"
+
+
+def test_answer_streams_with_token_kinds_and_live_stats(chat_server, new_page, artifacts):
+    page = open_chat(new_page, chat_server.url)
+    seen = settle(page, send(page, "Write a short poem about the sea."))
+    assert seen[-1][0] == "done", seen[-1]
+
+    streamed_counts = {int(tokens) for state, tokens in seen if state == "generating" and tokens}
+    assert len(streamed_counts) >= 2, f"the stats did not change while the answer streamed: {seen}"
+
+    tokens = answers(page).last.locator("[data-kind]")
+    kinds = set(tokens.evaluate_all("els => els.map(e => e.dataset.kind)"))
+    assert kinds <= KINDS and len(kinds) >= 2, kinds
+    accepted = answers(page).last.locator('[data-kind="accepted"]').first
+    assert accepted.get_attribute("title").startswith("accepted draft token · draft position ")
+    accepted.hover()
+
+    final_tokens = int(page.locator('#sc-stats [data-stat="tokens"]').inner_text())
+    assert max(streamed_counts) <= final_tokens and tokens.count() <= final_tokens
+    assert page.locator("#sc-stats .sc-stats").get_attribute("data-finish") in ("eog", "length")
+    assert page.locator("#sc-plot rect.sc-bar").count() >= 1
+    assert page.locator('#sc-stats [data-stat="strategy"]').inner_text().strip()
+    page.screenshot(path=str(artifacts / "chat.png"))
+
+
+def test_stop_ends_a_long_answer_and_the_chat_goes_on(chat_server, new_page, artifacts):
+    page = open_chat(new_page, chat_server.url)
+    set_max_tokens(page, 3000, settings_file(chat_server))
+    try:
+        mark = send(page, LONG_PROMPT)
+        page.wait_for_function(
+            "() => { const a = document.querySelectorAll('#sc-chat-overlay .sc-overlay');"
+            " return a.length && a[a.length - 1].querySelectorAll('[data-kind]').length >= 40; }",
+            timeout=120_000,
+        )
+        # Enter is another trigger than the Send button, so Gradio lets it through while the answer streams.
+        page.fill("#sc-input textarea", "A second message while the first answer streams.")
+        page.press("#sc-input textarea", "Enter")
+        page.wait_for_function("mark => window.__seen.slice(mark).some(([state]) => state === 'busy')", arg=mark)
+        page.click("#sc-stop")
+        seen = settle(page, mark)
+        assert seen[-1][0] == "stopped", seen[-1]
+        count = token_count(page)
+        page.wait_for_timeout(1500)
+        assert token_count(page) == count, "tokens arrived after Stop settled"
+        assert page.locator("#sc-stats .sc-stats").get_attribute("data-finish") == "closed"
+        assert int(page.locator('#sc-stats [data-stat="tokens"]').inner_text()) < 3000
+
+        seen = settle(page, send(page, "Now say hello in one short sentence."))
+        assert seen[-1][0] == "done", seen[-1]
+        assert answers(page).count() == 2 and token_count(page) > 0
+        assert user_messages(page) == [LONG_PROMPT, "Now say hello in one short sentence."]
+    finally:
+        set_max_tokens(page, 160, settings_file(chat_server))
+
+
+def test_markdown_view_regenerate_and_clear(chat_server, new_page):
+    page = open_chat(new_page, chat_server.url)
+    settle(page, send(page, "Write a Python function that adds two numbers."))
+    overlay_text = answers(page).last.inner_text()
+
+    page.locator("#sc-overlay-switch input").uncheck()
+    markdown = page.locator("#sc-chat-markdown")
+    markdown.wait_for(state="visible")
+    assert page.locator("#sc-chat-overlay").is_hidden()
+    assert markdown.locator("[data-kind]").count() == 0
+    assert markdown.locator("pre code").count() >= 1, "the answer's code block did not render as code"
+    rendered = markdown.locator(".message-content").last.inner_text()
+    assert "def " in rendered and "```" not in rendered and "def " in overlay_text
+    page.locator("#sc-overlay-switch input").check()
+    page.locator("#sc-chat-overlay").wait_for(state="visible")
+
+    mark = page.evaluate("window.__seen.length")
+    page.click("#sc-regenerate")
+    seen = settle(page, mark)
+    assert seen[-1][0] == "done"
+    assert answers(page).count() == 1 and user_messages(page) == ["Write a Python function that adds two numbers."]
+
+    page.click("#sc-clear")
+    page.wait_for_function("() => !document.querySelector('#sc-chat-overlay .sc-overlay')")
+    assert user_messages(page) == []
+    assert page.locator("#sc-stats .sc-stats-empty").count() == 1
+
+
+def test_two_tabs_share_the_engine_in_turn(chat_server, new_page):
+    first = open_chat(new_page, chat_server.url)
+    second = open_chat(new_page, chat_server.url)
+    set_max_tokens(first, 3000, settings_file(chat_server))
+    try:
+        first_mark = send(first, LONG_PROMPT)
+        first.wait_for_selector('#sc-status .sc-status[data-state="generating"]', timeout=120_000)
+        second_mark = send(second, "What is the capital of France?")
+        second.wait_for_selector('#sc-status .sc-status[data-state="waiting"]', timeout=30_000)
+        assert "Waiting in line" in second.locator("#sc-status").inner_text()
+        first.click("#sc-stop")
+        assert settle(first, first_mark)[-1][0] == "stopped"
+        assert settle(second, second_mark)[-1][0] == "done"
+    finally:
+        set_max_tokens(first, 160, settings_file(chat_server))
+    assert user_messages(first) == [LONG_PROMPT]
+    assert user_messages(second) == ["What is the capital of France?"]
+    assert answers(second).count() == 1 and token_count(second) > 0
+
+
+def test_models_view_lists_the_catalog_and_explains_a_mismatch(chat_server, new_page, model_paths, artifacts):
+    from specchat import catalog
+
+    page = new_page(chat_server.url)
+    page.get_by_role("tab", name="Models").click()
+    page.wait_for_selector("#sc-pairs tr[data-pair]")
+    shipped = catalog.load_catalog(Path(catalog.shipped_catalog()[0]))
+    rows = page.locator("#sc-pairs tr[data-pair]").evaluate_all("els => els.map(e => e.dataset.pair)")
+    assert rows == list(shipped.pairs)
+
+    tiny = str(next(p for n, p in model_paths.items() if n.startswith("smollm2")))
+    qwen_draft = str(next(p for n, p in model_paths.items() if "0.5b" in n))
+    for path, name in ((tiny, "smollm-local"), (qwen_draft, "qwen-small")):
+        page.fill("#sc-local-path textarea, #sc-local-path input", path)
+        page.fill("#sc-local-name textarea, #sc-local-name input", name)
+        page.click("#sc-add")
+        page.wait_for_selector(f'#sc-models tr[data-model="{name}"][data-state="installed"]')
+
+    choose(page, "#sc-target", "smollm-local")
+    choose(page, "#sc-draft", "qwen-small")
+    verdict = page.locator('#sc-compat .sc-compat[data-ok="false"]')
+    verdict.wait_for()
+    assert "cannot draft for smollm-local" in verdict.inner_text()
+    page.screenshot(path=str(artifacts / "models.png"), full_page=True)
+    choose(page, "#sc-draft", "smollm-local")
+    page.wait_for_selector('#sc-compat .sc-compat[data-ok="true"]')
+
+    choose(page, "#sc-remove-model", "qwen-small")
+    page.click("#sc-remove-model-button")
+    page.wait_for_selector('#sc-models tr[data-model="qwen-small"]', state="detached")
+
+
+def choose(page, dropdown: str, option: str) -> None:
+    box = page.locator(f"{dropdown} input")
+    box.click()
+    listbox = page.locator(f"#{box.get_attribute('aria-controls')}")
+    listbox.get_by_role("option", name=option, exact=True).click()
+
+
+def test_without_models_the_app_opens_on_the_models_view(empty_server, new_page, artifacts):
+    page = new_page(empty_server.url)
+    page.wait_for_selector("#sc-pairs tr[data-pair]")
+    assert page.get_by_role("tab", name="Models").get_attribute("aria-selected") == "true"
+    assert page.locator("#sc-model .sc-model").get_attribute("data-state") == "empty"
+    from specchat import catalog
+
+    default = catalog.load_catalog(Path(catalog.shipped_catalog()[0])).default
+    assert page.locator("#sc-pair input").input_value() == default
+    assert page.locator("#sc-download").is_visible()
+    assert page.locator(f'#sc-pairs tr[data-pair="{default}"]').get_attribute("data-state") == "missing"
+
+    page.get_by_role("tab", name="Chat").click()
+    page.fill("#sc-input textarea", "Hello?")
+    page.click("#sc-send")
+    page.wait_for_selector('#sc-status .sc-status[data-state="error"]')
+    assert "No model is loaded" in page.locator("#sc-status").inner_text()
+
+
+def test_the_server_listens_on_loopback_only_by_default(empty_server):
+    tables = [Path("/proc/net/tcp"), Path("/proc/net/tcp6")]
+    if not tables[0].is_file():
+        pytest.skip("/proc/net/tcp is absent: this check reads Linux's socket tables")
+    listening = []
+    for table in tables:
+        for line in table.read_text().splitlines()[1:] if table.is_file() else []:
+            local, state = line.split()[1], line.split()[3]
+            address, port = local.rsplit(":", 1)
+            if state == "0A" and int(port, 16) == empty_server.port:  # 0A: LISTEN
+                listening.append(address)
+    assert listening == ["0100007F"], f"listening on {listening}, wanted 127.0.0.1 only"
+
+
+def test_the_default_pair_downloads_in_one_click_with_progress_cancel_and_remove(hub_server, new_page, artifacts):
+    server, hub, served = hub_server
+    page = new_page(server.url)
+    page.wait_for_selector('#sc-pairs tr[data-pair="smol-pair"][data-state="missing"]')
+    assert page.locator("#sc-pair input").input_value() == "smol-pair"
+
+    page.click("#sc-download")
+    progress = page.locator("#sc-download-progress .sc-download")
+    page.wait_for_selector(
+        '#sc-download-progress .sc-download[data-state="downloading"] .sc-progress span[style]', state="attached"
+    )
+    assert "of 98 MB" in progress.inner_text()
+    page.screenshot(path=str(artifacts / "models-downloading.png"))
+    page.click("#sc-cancel")
+    page.wait_for_selector('#sc-download-progress .sc-download[data-state="cancelling"]')
+    hub.release.set()  # the stalled transfer goes on, and the next chunk sees the cancel
+    page.wait_for_selector('#sc-download-progress .sc-download[data-state="error"]', timeout=60_000)
+    assert "Cancelled" in page.locator("#sc-download-progress").inner_text()
+    assert page.locator('#sc-pairs tr[data-pair="smol-pair"]').get_attribute("data-state") == "missing"
+
+    page.click("#sc-download")
+    page.wait_for_selector('#sc-download-progress .sc-download[data-state="done"]', timeout=120_000)
+    assert "Loading it now" in page.locator("#sc-download-progress").inner_text()
+    assert page.locator('#sc-pairs tr[data-pair="smol-pair"]').get_attribute("data-state") == "installed"
+    page.wait_for_selector('#sc-model .sc-model[data-state="ready"]', timeout=120_000)
+
+    page.click("#sc-remove")
+    page.wait_for_selector('#sc-pairs tr[data-pair="smol-pair"][data-state="missing"]')
+    assert progress.inner_text() == f"Removed smol-pair: deleted {served.path.name}."
