@@ -120,24 +120,16 @@ def benchmark(
     return records
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine_info(engine: Engine) -> dict:
     import llama_cpp
+
+    from specchat.engine.calibration import cpu_name
 
     threads, threads_batch = engine.target.config.threads
     gpu_layers = engine.target.config.n_gpu_layers
     offload = bool(llama_cpp.llama_supports_gpu_offload())
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "threads": threads,
         "threads_batch": threads_batch,

@@ -6,13 +6,12 @@ import json
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from specchat.bench import builtin_suite_path, load_suite, run_configs
+from specchat.bench import load_suite, run_configs
 from specchat.bench_report import ALL, fit_cost_model, median, solve_alpha
 from specchat.engine import costmodel
 from specchat.errors import SpecchatError
@@ -144,29 +143,6 @@ def test_bad_suite_line_names_file_and_line(tmp_path):
     suite.write_text('{"id": "a", "category": "x", "prompt": "ok"}\n{"id": "b", "prompt": "no category"}\n')
     with pytest.raises(SpecchatError, match=r"bad\.jsonl:2: a suite line must be"):
         load_suite(str(suite))
-
-
-def test_wheel_ships_the_builtin_suite_and_the_loader_finds_it(tmp_path):
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(REPO)],
-        capture_output=True,
-        text=True,
-    )
-    assert build.returncode == 0, build.stderr[-2000:]
-    wheel = next(tmp_path.glob("specchat-*.whl"))
-    site = tmp_path / "site"
-    zipfile.ZipFile(wheel).extractall(site)
-    packaged = site / "specchat" / "benchmarks" / "suite.jsonl"
-    assert packaged.read_bytes() == (REPO / "benchmarks" / "suite.jsonl").read_bytes()
-    found = subprocess.run(
-        [sys.executable, "-c", "from specchat.bench import builtin_suite_path; print(builtin_suite_path())"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(site)},
-        cwd=tmp_path,
-    )
-    assert Path(found.stdout.strip()) == packaged, found.stderr
-    assert builtin_suite_path() == REPO / "benchmarks" / "suite.jsonl"  # from the source tree
 
 
 # The command on real models

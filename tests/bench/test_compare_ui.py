@@ -3,32 +3,13 @@
 from __future__ import annotations
 
 import re
-import socket
-from pathlib import Path
 
 import pytest
 
+from conftest import ARTIFACTS, free_port
 from specchat.engine import Engine
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-
 pytestmark = [pytest.mark.browser, pytest.mark.models]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +31,10 @@ def app(tiny_model):
 
 
 @pytest.fixture(scope="module")
-def page():
-    if not CHROMIUM.is_file():
-        pytest.skip(f"Debian's Chromium is absent at {CHROMIUM} (apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1800})
-        yield page
-        browser.close()
+def page(browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1800})
+    yield page
+    page.close()
 
 
 def test_without_a_loaded_pair_it_asks_for_one(app, page):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,28 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ARTIFACTS as ROOT_ARTIFACTS
+from conftest import free_port
 from models.fakehub import COMMIT, FakeHub, Served  # tests/ is on sys.path: it holds the root conftest.py
 
 REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = REPO / "test-artifacts" / "ui"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
+ARTIFACTS = ROOT_ARTIFACTS / "ui"
 # Settings the app starts with: greedy speculative decoding, short answers unless a test asks for more.
 START_SETTINGS = {"mode": "speculative", "k": 4, "temperature": 0.0, "seed": 0, "max_tokens": 160, "overlay": True}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -106,18 +91,6 @@ def chat_server(tmp_path_factory, tiny_model) -> Iterator[Server]:
 def empty_server(tmp_path_factory) -> Iterator[Server]:
     """The app on a machine where no model is installed yet."""
     yield from _start(tmp_path_factory.mktemp("specchat-empty-home"), [])
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.is_file():
-        pytest.skip(f"Debian's Chromium is absent at {CHROMIUM} (apt-get install -y chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ class Calibration:
         return cls(t1=d["t1"], r={int(n): v for n, v in d["r"].items()}, c=d["c"], key=d["key"])
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -47,7 +47,7 @@ def _cpu_name() -> str:
 
 def setup_key(target: LlamaModel, draft: LlamaModel | None) -> str:
     """Changes whenever the machine, the build, the models, threads, GPU layers or context change."""
-    parts = [_cpu_name(), llama_cpp.llama_print_system_info().decode(errors="replace")]
+    parts = [cpu_name(), llama_cpp.llama_print_system_info().decode(errors="replace")]
     for model in (target, draft):
         if model is not None:
             st = model.path.stat()
