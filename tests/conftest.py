@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import CHROMIUM, CHROMIUM_ARGS
+
 REPO = Path(__file__).resolve().parents[1]
 FETCH = REPO.parent / "shared" / "models" / "fetch_test_models.py"
-ARTIFACTS = REPO / "test-artifacts"  # screenshots to look at; git-ignored
-CHROMIUM = Path("/usr/bin/chromium")  # Debian's: `playwright install` cannot download browsers here
-# Flags that keep Chromium off the network it cannot reach and out of the sandbox root cannot use.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 TINY = "smollm2-135m-instruct-q4_1.gguf"
@@ -53,11 +42,6 @@ def qwen_pair(model_paths) -> tuple[Path, Path]:
 def tiny_model(model_paths) -> Path:
     return model_paths[TINY]
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import ARTIFACTS, free_port
+from helpers import ARTIFACTS, free_port
 from specchat.engine import Engine
 
 pytestmark = [pytest.mark.browser, pytest.mark.models]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ARTIFACTS as ROOT_ARTIFACTS
-from conftest import free_port
+from helpers import ARTIFACTS as ROOT_ARTIFACTS
+from helpers import free_port
 from models.fakehub import COMMIT, FakeHub, Served  # tests/ is on sys.path: it holds the root conftest.py
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,0 +1,26 @@
+"""Helpers shared by test modules (conftest.py holds the fixtures)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "test-artifacts"  # screenshots to look at; git-ignored
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's: `playwright install` cannot download browsers here
+# Flags that keep Chromium off the network it cannot reach and out of the sandbox root cannot use.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
