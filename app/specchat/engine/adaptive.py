@@ -21,6 +21,11 @@ from specchat.engine.sampling import SamplingParams
 MIN_GAIN = 1.05
 
 
+def speedups(rates: list[float], cost: float, r) -> list[float]:
+    """S(k) for k = 1..len(rates), from per-position acceptance, a draft token's cost and r(n)."""
+    return [expected_tokens_by_position(rates[:k]) / (k * cost + r(k + 1)) for k in range(1, len(rates) + 1)]
+
+
 class AcceptanceTracker:
     """P(draft i accepted | drafts before it accepted), per position: decayed counts over a prior."""
 
@@ -50,8 +55,7 @@ class Source:
 
     def speedups(self, r, k_max: int) -> list[float]:
         """Expected speedup over plain decoding for draft lengths 1..k_max."""
-        rates = self.tracker.rates(k_max)
-        return [expected_tokens_by_position(rates[:k]) / (k * self.cost + r(k + 1)) for k in range(1, k_max + 1)]
+        return speedups(self.tracker.rates(k_max), self.cost, r)
 
     def plan(self, r, k_max: int) -> tuple[int, float]:
         """The best draft length and its expected speedup; (0, 1.0) when no length gains MIN_GAIN."""
@@ -59,9 +63,9 @@ class Source:
         k = int(np.argmax(s)) + 1
         return (k, s[k - 1]) if s[k - 1] >= MIN_GAIN else (0, 1.0)
 
-    def ceiling(self, r, k_max: int) -> float:
-        """The speedup even perfect acceptance could give: below 1, this source can never pay here."""
-        return max((k + 1) / (k * self.cost + r(k + 1)) for k in range(1, k_max + 1))
+    def ceiling(self, r, k_max: int) -> tuple[int, float]:
+        """The draft length and speedup that perfect acceptance would give: below 1, this source never pays here."""
+        return max(((k, (k + 1) / (k * self.cost + r(k + 1))) for k in range(1, k_max + 1)), key=lambda ks: ks[1])
 
     def probe_due(self) -> bool:
         self.since_probe += 1
@@ -79,15 +83,21 @@ class AutoDrafter(Drafter):
         super().__init__(lookup.n_vocab)
         self.r = interpolate_r(calibration.r)
         self.lookup, self.model = lookup, model
-        self.lookup_source = Source("prompt lookup", cost=0.0, prior=0.8)
-        self.model_source = Source("draft model", cost=calibration.c or 0.0, prior=0.7) if model else None
+        # A longer matched n-gram predicts a copy better: prose repeats pairs of tokens by chance, edited code
+        # repeats whole lines. Each match length learns its own acceptance.
+        self.lookup_sources = {
+            n: Source(f"prompt lookup ({n}-gram match)", cost=0.0, prior=0.5 + 0.1 * n)
+            for n in range(lookup.ngram_min, lookup.ngram_max + 1)
+        }
+        # Same-family drafts for a chat model accept 70-90% (design.md): start in the middle.
+        self.model_source = Source("draft model", cost=calibration.c or 0.0, prior=0.8) if model else None
         self.name = "auto: starting"
         self._last: tuple[Source | None, bool] = (None, False)
         if model is not None:
             model.stop_rule = self._worth_another
 
     def prefill(self, context: list[int]) -> None:
-        if self.model is not None and self.model_source.ceiling(self.r, K_MAX) > MIN_GAIN:
+        if self.model is not None and self.model_source.ceiling(self.r, K_MAX)[1] > MIN_GAIN:
             self.model.prefill(context)
 
     def propose(self, context, k, params: SamplingParams, rng):
@@ -96,7 +106,8 @@ class AutoDrafter(Drafter):
             return super().propose(context, k, params, rng)
         found = self.lookup.find(context, k)
         if found:
-            step = self._try(self.lookup_source, len(found), lambda n: self.lookup.propose(context, n, params, rng))
+            source = self.lookup_sources[self.lookup.match_len]
+            step = self._try(source, len(found), lambda n: self.lookup.propose(context, n, params, rng))
             if step is not None:
                 return step
         if self.model_source is not None:
@@ -108,37 +119,38 @@ class AutoDrafter(Drafter):
 
     def _try(self, source: Source, k_max: int, draft):
         k, s = source.plan(self.r, k_max)
-        # Probe only a source that could pay at all here, and only now and then.
-        probing = k == 0 and source.ceiling(self.r, k_max) > MIN_GAIN and source.probe_due()
-        if k == 0 and not probing:
-            return None
-        self._last = (source, probing)
-        self.name = f"{source.name}, k={max(k, 1)}: " + (
-            "probing whether drafts pay again" if probing else f"expected {s:.2f}x plain speed here"
+        if k == 0:
+            # Probe only a source that could pay at all here, now and then, at the length that would pay best.
+            k, best = source.ceiling(self.r, k_max)
+            if best <= MIN_GAIN or not source.probe_due():
+                return None
+        self._last = (source, s == 1.0)
+        self.name = f"{source.name}, k={k}: " + (
+            "probing whether drafts pay again" if s == 1.0 else f"expected {s:.2f}x plain speed here"
         )
-        return draft(max(k, 1))
+        return draft(k)
 
     def _explain_plain(self, k: int) -> str:
         if self.model_source is None:
             return "plain: no prompt text to look up and no draft model"
-        ceiling = self.model_source.ceiling(self.r, k)
+        _, ceiling = self.model_source.ceiling(self.r, k)
         if ceiling <= MIN_GAIN:
             return f"plain: even perfectly accepted drafts would run at {ceiling:.2f}x plain speed here"
         s = max(self.model_source.speedups(self.r, k))
         return f"plain: at the acceptance seen so far, drafts would run at {s:.2f}x plain speed"
 
-    def _worth_another(self, n_drafted: int, confidence: float) -> bool:
-        """Draft one more token only while the expected speedup still grows.
+    def _worth_another(self, n_drafted: int, k: int, confidence: float) -> bool:
+        """Draft on only while some longer draft (up to k) still promises more than stopping here.
 
         confidence: the draft's own probability for its latest token, a better guess of that token's fate
-        than the position's average acceptance when the draft is unsure.
+        than the position's average acceptance when the draft is unsure. Longer drafts are compared too, not
+        just the next one: a batch of n+2 can cost less than one of n+1 (llama.cpp switches kernels).
         """
         source = self.model_source
-        rates = source.tracker.rates(n_drafted + 1)
+        rates = source.tracker.rates(k)
         rates[n_drafted - 1] = min(rates[n_drafted - 1], confidence)
-        now = expected_tokens_by_position(rates[:n_drafted]) / (n_drafted * source.cost + self.r(n_drafted + 1))
-        more = expected_tokens_by_position(rates) / ((n_drafted + 1) * source.cost + self.r(n_drafted + 2))
-        return more > now
+        s = speedups(rates, source.cost, self.r)
+        return max(s[n_drafted:], default=0.0) > s[n_drafted - 1]
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         source, probing = self._last

@@ -38,8 +38,8 @@ class ModelDrafter(Drafter):
     def __init__(self, model: LlamaModel, n_vocab: int):
         super().__init__(n_vocab)  # compat allows the draft a few padding rows more or less
         self.model = model
-        # Optional early stop: (tokens drafted so far, the draft's probability of the latest) -> draft more?
-        self.stop_rule: Callable[[int, float], bool] | None = None
+        # Optional early stop: (drafted so far, k, the draft's probability of its latest token) -> draft more?
+        self.stop_rule: Callable[[int, int, float], bool] | None = None
 
     def prefill(self, context: list[int]) -> None:
         self.model.eval_prefix(context[:-1] or context)
@@ -65,7 +65,9 @@ class ModelDrafter(Drafter):
             token = int(np.argmax(p)) if params.greedy else sample(p, rng)
             tokens.append(token)
             rows.append(p)
-            if len(tokens) == k or (self.stop_rule and not self.stop_rule(len(tokens), _confidence(logits, p, token))):
+            if len(tokens) == k:
+                return tokens, np.stack(rows)
+            if self.stop_rule and not self.stop_rule(len(tokens), k, _confidence(logits, p, token)):
                 return tokens, np.stack(rows)
             logits = self.model.decode([token])[0]
 
@@ -93,6 +95,7 @@ class LookupDrafter(Drafter):
         super().__init__(n_vocab)
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
         self._copy_from = -1  # where in the context the latest proposal was copied from
+        self.match_len = 0  # length of the n-gram the latest proposal matched
 
     def find(self, context: list[int], k: int) -> list[int]:
         ids = np.asarray(context)
@@ -105,6 +108,7 @@ class LookupDrafter(Drafter):
                 # Continuing the previous copy means its source lies just past where the last one started.
                 ahead = [m for m in matches if self._copy_from < m <= self._copy_from + k + 1]
                 self._copy_from = ahead[0] if ahead else matches[0]
+                self.match_len = n
                 return ids[self._copy_from : self._copy_from + k].tolist()
         return []
 

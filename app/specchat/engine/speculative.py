@@ -129,7 +129,7 @@ class Engine:
         if mode == "auto":
             model = ModelDrafter(self.draft, n_vocab) if self.draft is not None else None
             # Unigram matches are too often wrong to pay for a verify batch; they stay in plain lookup mode.
-            return AutoDrafter(self.calibration(), LookupDrafter(n_vocab, ngram_min=2), model)
+            return AutoDrafter(self.calibration(), LookupDrafter(n_vocab, ngram_max=4, ngram_min=2), model)
         if mode == "speculative":
             if self.draft is None:
                 raise SpecchatError("speculative mode needs a draft model; choose one, or use lookup or plain mode")
