@@ -56,8 +56,13 @@ def test_tracker_learns_per_position_acceptance():
     assert rates[3] == pytest.approx(0.5)
 
 
+def judge(drafter: AutoDrafter, n_drafted: int, n_accepted: int) -> None:
+    """The target's verdict, with steps taking exactly what the calibration says."""
+    drafter.observe(n_drafted, n_accepted, 0.0, drafter.costs.batch_s[n_drafted + 1])
+
+
 def auto(r, c, k_max=8) -> AutoDrafter:
-    return AutoDrafter(Calibration(t1=0.07, r=r, c=c, key="test"), LookupDrafter(100, ngram_min=2), None)
+    return AutoDrafter(Calibration(t1=0.07, r=r, c=c, key="test"), LookupDrafter(100, ngram_max=4, ngram_min=2), None)
 
 
 def test_auto_uses_lookup_on_repeated_text_and_stops_when_it_fails():
@@ -68,7 +73,7 @@ def test_auto_uses_lookup_on_repeated_text_and_stops_when_it_fails():
     assert tokens and tokens[0] == 15 and rows.shape == (len(tokens), 100)
     assert drafter.name.startswith("prompt lookup")
     for _ in range(3):  # the target keeps rejecting: lookup stops paying
-        drafter.observe(len(tokens), 0)
+        judge(drafter, len(tokens), 0)
     tokens, _ = drafter.propose(context, 8, SamplingParams(), rng)
     assert tokens == [] and drafter.name.startswith("plain")
 
@@ -78,7 +83,7 @@ def test_auto_probes_again_with_a_growing_interval():
     drafter = auto(CPU_R, None)
     context = list(range(10, 40)) + list(range(10, 15))
     for _ in range(4):
-        drafter.observe(len(drafter.propose(context, 8, SamplingParams(), rng)[0]), 0)
+        judge(drafter, len(drafter.propose(context, 8, SamplingParams(), rng)[0]), 0)
     gaps, since = [], 0
     for _ in range(200):
         tokens, _ = drafter.propose(context, 8, SamplingParams(), rng)
@@ -86,12 +91,22 @@ def test_auto_probes_again_with_a_growing_interval():
         if tokens:
             gaps.append(since)
             since = 0
-            drafter.observe(len(tokens), 0)
+            judge(drafter, len(tokens), 0)
     assert len(gaps) >= 3 and gaps == sorted(gaps) and gaps[-1] > gaps[0]
 
 
+def test_live_costs_follow_the_steps_actually_measured():
+    drafter = AutoDrafter(Calibration(0.1, CPU_R, 0.5, "k"), LookupDrafter(100, ngram_max=4, ngram_min=2), _FakeModelDrafter())
+    assert drafter.r(4) == pytest.approx(2.49) and drafter.costs.c == pytest.approx(0.5)
+    for _ in range(40):  # batches of 4 turn out to cost 3 steps, draft tokens a fifth of one
+        drafter._last = (drafter.model_source, False)
+        drafter.observe(3, 3, 3 * 0.02, 0.3)
+    assert drafter.r(4) == pytest.approx(3.0, rel=0.01)
+    assert drafter.model_source.cost == pytest.approx(0.2, rel=0.01)
+
+
 def test_auto_explains_why_it_decodes_plainly():
-    drafter = AutoDrafter(Calibration(0.07, CPU_R, 0.5, "k"), LookupDrafter(100, ngram_min=2), _FakeModelDrafter())
+    drafter = AutoDrafter(Calibration(0.07, CPU_R, 0.5, "k"), LookupDrafter(100, ngram_max=4, ngram_min=2), _FakeModelDrafter())
     tokens, _ = drafter.propose(list(range(10, 30)), 8, SamplingParams(), np.random.default_rng(0))
     assert tokens == []
     assert drafter.name.startswith("plain: even perfectly accepted drafts would run at 1.00x plain speed here")

@@ -19,6 +19,8 @@ from specchat.engine.sampling import SamplingParams
 # Speculate only for an expected gain of at least 5%: calibration and acceptance estimates are noisy, and a
 # wrong bet costs a whole verify batch.
 MIN_GAIN = 1.05
+# Steps between probes of a source that does not pay at the acceptance seen so far (doubling after each miss).
+PROBE_EVERY = 16
 
 
 def speedups(rates: list[float], cost: float, r) -> list[float]:
@@ -45,13 +47,43 @@ class AcceptanceTracker:
         self.tries[:seen] += 1
 
 
+class LiveCosts:
+    """The cost model's t1, r(n) and c: calibrated at first, then following what this run's steps really take.
+
+    Calibration measures short batches at one context length; a real answer runs at longer contexts, with the
+    loop's own work and with whatever else the machine is doing, so each measured step moves the estimate.
+    """
+
+    def __init__(self, calibration: Calibration, weight: float = 0.2):
+        r = interpolate_r(calibration.r)
+        self.batch_s = {n: calibration.t1 * r(n) for n in range(1, K_MAX + 2)}
+        self.draft_token_s = (calibration.c or 0.0) * calibration.t1
+        self.weight = weight
+
+    def _move(self, old: float, new: float) -> float:
+        return old + self.weight * (new - old)
+
+    def observe(self, n_batch: int, verify_s: float, n_model_drafts: int, draft_s: float) -> None:
+        if n_batch in self.batch_s:
+            self.batch_s[n_batch] = self._move(self.batch_s[n_batch], verify_s)
+        if n_model_drafts:
+            self.draft_token_s = self._move(self.draft_token_s, draft_s / n_model_drafts)
+
+    def r(self, n: int) -> float:
+        return self.batch_s[min(n, K_MAX + 1)] / self.batch_s[1]
+
+    @property
+    def c(self) -> float:
+        return self.draft_token_s / self.batch_s[1]
+
+
 class Source:
     """One way of drafting, with its acceptance and its cost per draft token in target steps."""
 
     def __init__(self, name: str, cost: float, prior: float):
         self.name, self.cost = name, cost
         self.tracker = AcceptanceTracker(prior)
-        self.probe_every, self.since_probe = 8, 0
+        self.probe_every, self.since_probe = PROBE_EVERY, 0
 
     def speedups(self, r, k_max: int) -> list[float]:
         """Expected speedup over plain decoding for draft lengths 1..k_max."""
@@ -71,22 +103,25 @@ class Source:
         self.since_probe += 1
         return self.since_probe >= self.probe_every
 
-    def observe(self, n_drafted: int, n_accepted: int, probing: bool) -> None:
+    def observe(self, n_drafted: int, n_accepted: int, probing: bool, r) -> None:
         self.tracker.update(n_drafted, n_accepted)
         if probing:
+            # A probe that did not pay for itself makes the next one wait twice as long.
+            paid = n_accepted + 1 >= n_drafted * self.cost + r(n_drafted + 1)
             self.since_probe = 0
-            self.probe_every = 8 if n_accepted else min(self.probe_every * 2, 512)
+            self.probe_every = PROBE_EVERY if paid else min(self.probe_every * 2, 512)
 
 
 class AutoDrafter(Drafter):
     def __init__(self, calibration: Calibration, lookup: LookupDrafter, model: ModelDrafter | None):
         super().__init__(lookup.n_vocab)
-        self.r = interpolate_r(calibration.r)
+        self.costs = LiveCosts(calibration)
+        self.r = self.costs.r
         self.lookup, self.model = lookup, model
         # A longer matched n-gram predicts a copy better: prose repeats pairs of tokens by chance, edited code
         # repeats whole lines. Each match length learns its own acceptance.
         self.lookup_sources = {
-            n: Source(f"prompt lookup ({n}-gram match)", cost=0.0, prior=0.5 + 0.1 * n)
+            n: Source(f"prompt lookup ({n}-gram match)", cost=0.0, prior=min(0.2 * n, 0.9))
             for n in range(lookup.ngram_min, lookup.ngram_max + 1)
         }
         # Same-family drafts for a chat model accept 70-90% (design.md): start in the middle.
@@ -102,6 +137,7 @@ class AutoDrafter(Drafter):
 
     def propose(self, context, k, params: SamplingParams, rng):
         self._last = (None, False)
+        k = min(k, K_MAX)
         if k <= 0:
             return super().propose(context, k, params, rng)
         found = self.lookup.find(context, k)
@@ -152,7 +188,11 @@ class AutoDrafter(Drafter):
         s = speedups(rates, source.cost, self.r)
         return max(s[n_drafted:], default=0.0) > s[n_drafted - 1]
 
-    def observe(self, n_drafted: int, n_accepted: int) -> None:
+    def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
         source, probing = self._last
+        by_model = source is self.model_source and source is not None
+        self.costs.observe(n_drafted + 1, verify_s, n_drafted if by_model else 0, draft_s)
+        if self.model_source is not None:
+            self.model_source.cost = self.costs.c
         if source is not None and n_drafted:
-            source.observe(n_drafted, n_accepted, probing)
+            source.observe(n_drafted, n_accepted, probing, self.r)

@@ -28,8 +28,8 @@ class Drafter:
     def prefill(self, context: list[int]) -> None:
         """Process the prompt along with the target, so that it is not counted as drafting time."""
 
-    def observe(self, n_drafted: int, n_accepted: int) -> None:
-        """What the target made of the latest proposal."""
+    def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
+        """What the target made of the latest proposal, and what drafting and verifying it took."""
 
 
 class ModelDrafter(Drafter):

@@ -190,7 +190,7 @@ class Engine:
                 p_target = np.stack([probabilities(row, params) for row in logits])
                 n_acc, next_token = verify(drafts, p_draft, p_target, rng, greedy=params.greedy)
                 target.rollback(len(context) + n_acc)
-                drafter.observe(len(drafts), n_acc)
+                drafter.observe(len(drafts), n_acc, t_verify - t_draft, t_sample - t_verify)
                 stats.draft_s += t_verify - t_draft
                 stats.verify_s += t_sample - t_verify
                 stats.sample_s += time.perf_counter() - t_sample
