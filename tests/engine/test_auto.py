@@ -69,7 +69,9 @@ def test_auto_decodes_plainly_when_drafts_cannot_pay_and_says_why(tiny):
     stats = events[-1].stats
     assert stats.drafted == 0 and {e.kind for e in events} == {"target"}
     # Best case for the draft: k=1, 2 tokens for 1 + r(2) = 3 steps. Lookup (free) at best breaks even: no probes.
-    assert {s for s, _ in steps} == {"plain: even perfectly accepted drafts would run at 0.67x plain speed here"}
+    # (Later steps refine the costs with measured step times, so only the first figure is exact.)
+    assert steps[0][0] == "plain: even perfectly accepted drafts would run at 0.67x plain speed here"
+    assert all(s.startswith("plain: even perfectly accepted drafts would run at") for s, _ in steps)
 
 
 def test_auto_uses_prompt_lookup_when_the_answer_repeats_the_prompt(qwen_pair, tmp_path):

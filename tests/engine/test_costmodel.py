@@ -56,13 +56,17 @@ def test_tracker_learns_per_position_acceptance():
     assert rates[3] == pytest.approx(0.5)
 
 
+def lookup() -> LookupDrafter:
+    return LookupDrafter(100, ngram_max=4, ngram_min=2)  # as auto mode builds it
+
+
 def judge(drafter: AutoDrafter, n_drafted: int, n_accepted: int) -> None:
     """The target's verdict, with steps taking exactly what the calibration says."""
     drafter.observe(n_drafted, n_accepted, 0.0, drafter.costs.batch_s[n_drafted + 1])
 
 
 def auto(r, c, k_max=8) -> AutoDrafter:
-    return AutoDrafter(Calibration(t1=0.07, r=r, c=c, key="test"), LookupDrafter(100, ngram_max=4, ngram_min=2), None)
+    return AutoDrafter(Calibration(t1=0.07, r=r, c=c, key="test"), lookup(), None)
 
 
 def test_auto_uses_lookup_on_repeated_text_and_stops_when_it_fails():
@@ -96,7 +100,7 @@ def test_auto_probes_again_with_a_growing_interval():
 
 
 def test_live_costs_follow_the_steps_actually_measured():
-    drafter = AutoDrafter(Calibration(0.1, CPU_R, 0.5, "k"), LookupDrafter(100, ngram_max=4, ngram_min=2), _FakeModelDrafter())
+    drafter = AutoDrafter(Calibration(0.1, CPU_R, 0.5, "k"), lookup(), _FakeModelDrafter())
     assert drafter.r(4) == pytest.approx(2.49) and drafter.costs.c == pytest.approx(0.5)
     for _ in range(40):  # batches of 4 turn out to cost 3 steps, draft tokens a fifth of one
         drafter._last = (drafter.model_source, False)
@@ -106,7 +110,7 @@ def test_live_costs_follow_the_steps_actually_measured():
 
 
 def test_auto_explains_why_it_decodes_plainly():
-    drafter = AutoDrafter(Calibration(0.07, CPU_R, 0.5, "k"), LookupDrafter(100, ngram_max=4, ngram_min=2), _FakeModelDrafter())
+    drafter = AutoDrafter(Calibration(0.07, CPU_R, 0.5, "k"), lookup(), _FakeModelDrafter())
     tokens, _ = drafter.propose(list(range(10, 30)), 8, SamplingParams(), np.random.default_rng(0))
     assert tokens == []
     assert drafter.name.startswith("plain: even perfectly accepted drafts would run at 1.00x plain speed here")
