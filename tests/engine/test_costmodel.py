@@ -62,7 +62,7 @@ def lookup() -> LookupDrafter:
 
 def judge(drafter: AutoDrafter, n_drafted: int, n_accepted: int) -> None:
     """The target's verdict, with steps taking exactly what the calibration says."""
-    drafter.observe(n_drafted, n_accepted, 0.0, drafter.costs.batch_s[n_drafted + 1])
+    drafter.observe(n_drafted, n_accepted, 0.0, drafter.costs.t1 * drafter.r(n_drafted + 1))
 
 
 def auto(r, c, k_max=8) -> AutoDrafter:
@@ -107,6 +107,11 @@ def test_live_costs_follow_the_steps_actually_measured():
         drafter.observe(3, 3, 3 * 0.02, 0.3)
     assert drafter.r(4) == pytest.approx(3.0, rel=0.01)
     assert drafter.model_source.cost == pytest.approx(0.2, rel=0.01)
+    for _ in range(40):  # then the whole machine slows down threefold: ratios stay, t1 follows
+        drafter._last = (None, False)
+        drafter.observe(0, 0, 0.0, 0.3)
+    assert drafter.costs.t1 == pytest.approx(0.3, rel=0.01)
+    assert drafter.r(4) == pytest.approx(3.0, rel=0.01) and drafter.r(2) == pytest.approx(1.61)
 
 
 def test_auto_explains_why_it_decodes_plainly():

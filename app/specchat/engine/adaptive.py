@@ -52,29 +52,29 @@ class LiveCosts:
 
     Calibration measures short batches at one context length; a real answer runs at longer contexts, with the
     loop's own work and with whatever else the machine is doing, so each measured step moves the estimate.
+    Costs are kept as ratios to t1, so a machine that slows down as a whole leaves the unmeasured ratios right.
     """
 
     def __init__(self, calibration: Calibration, weight: float = 0.2):
         r = interpolate_r(calibration.r)
-        self.batch_s = {n: calibration.t1 * r(n) for n in range(1, K_MAX + 2)}
-        self.draft_token_s = (calibration.c or 0.0) * calibration.t1
+        self.t1 = calibration.t1
+        self.ratios = {n: r(n) for n in range(2, K_MAX + 2)}
+        self.c = calibration.c or 0.0
         self.weight = weight
 
     def _move(self, old: float, new: float) -> float:
         return old + self.weight * (new - old)
 
     def observe(self, n_batch: int, verify_s: float, n_model_drafts: int, draft_s: float) -> None:
-        if n_batch in self.batch_s:
-            self.batch_s[n_batch] = self._move(self.batch_s[n_batch], verify_s)
+        if n_batch == 1:
+            self.t1 = self._move(self.t1, verify_s)
+        elif n_batch in self.ratios:
+            self.ratios[n_batch] = self._move(self.ratios[n_batch], verify_s / self.t1)
         if n_model_drafts:
-            self.draft_token_s = self._move(self.draft_token_s, draft_s / n_model_drafts)
+            self.c = self._move(self.c, draft_s / n_model_drafts / self.t1)
 
     def r(self, n: int) -> float:
-        return self.batch_s[min(n, K_MAX + 1)] / self.batch_s[1]
-
-    @property
-    def c(self) -> float:
-        return self.draft_token_s / self.batch_s[1]
+        return 1.0 if n <= 1 else self.ratios[min(n, K_MAX + 1)]
 
 
 class Source:
