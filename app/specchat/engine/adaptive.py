@@ -19,6 +19,7 @@ from specchat.engine.sampling import SamplingParams
 # Speculate only for an expected gain of at least 5%: calibration and acceptance estimates are noisy, and a
 # wrong bet costs a whole verify batch.
 MIN_GAIN = 1.05
+MODEL_MIN_GAIN = 1.15
 # Steps between probes of a source that does not pay at the acceptance seen so far (doubling after each miss).
 PROBE_EVERY = 16
 
@@ -80,8 +81,8 @@ class LiveCosts:
 class Source:
     """One way of drafting, with its acceptance and its cost per draft token in target steps."""
 
-    def __init__(self, name: str, cost: float, prior: float):
-        self.name, self.cost = name, cost
+    def __init__(self, name: str, cost: float, prior: float, min_gain: float = MIN_GAIN):
+        self.name, self.cost, self.min_gain = name, cost, min_gain
         self.tracker = AcceptanceTracker(prior)
         self.probe_every, self.since_probe = PROBE_EVERY, 0
 
@@ -90,10 +91,10 @@ class Source:
         return speedups(self.tracker.rates(k_max), self.cost, r)
 
     def plan(self, r, k_max: int) -> tuple[int, float]:
-        """The best draft length and its expected speedup; (0, 1.0) when no length gains MIN_GAIN."""
+        """The best draft length and its expected speedup; (0, 1.0) when no length gains min_gain."""
         s = self.speedups(r, k_max)
         k = int(np.argmax(s)) + 1
-        return (k, s[k - 1]) if s[k - 1] >= MIN_GAIN else (0, 1.0)
+        return (k, s[k - 1]) if s[k - 1] >= self.min_gain else (0, 1.0)
 
     def ceiling(self, r, k_max: int) -> tuple[int, float]:
         """The draft length and speedup that perfect acceptance would give: below 1, this source never pays here."""
@@ -124,15 +125,18 @@ class AutoDrafter(Drafter):
             n: Source(f"prompt lookup ({n}-gram match)", cost=0.0, prior=min(0.2 * n, 0.9))
             for n in range(lookup.ngram_min, lookup.ngram_max + 1)
         }
-        # Same-family drafts for a chat model accept 70-90% (design.md): start in the middle.
-        self.model_source = Source("draft model", cost=calibration.c or 0.0, prior=0.8) if model else None
+        # Same-family drafts for a chat model accept 70-90% (design.md): start in the middle. A draft model
+        # must promise more than lookup: switching to it makes its cache catch up on every token it skipped.
+        self.model_source = (
+            Source("draft model", cost=calibration.c or 0.0, prior=0.8, min_gain=MODEL_MIN_GAIN) if model else None
+        )
         self.name = "auto: starting"
         self._last: tuple[Source | None, bool] = (None, False)
         if model is not None:
             model.stop_rule = self._worth_another
 
     def prefill(self, context: list[int]) -> None:
-        if self.model is not None and self.model_source.ceiling(self.r, K_MAX)[1] > MIN_GAIN:
+        if self.model is not None and self.model_source.ceiling(self.r, K_MAX)[1] > self.model_source.min_gain:
             self.model.prefill(context)
 
     def propose(self, context, k, params: SamplingParams, rng):
@@ -158,7 +162,7 @@ class AutoDrafter(Drafter):
         if k == 0:
             # Probe only a source that could pay at all here, now and then, at the length that would pay best.
             k, best = source.ceiling(self.r, k_max)
-            if best <= MIN_GAIN or not source.probe_due():
+            if best <= source.min_gain or not source.probe_due():
                 return None
         self._last = (source, s == 1.0)
         self.name = f"{source.name}, k={k}: " + (
@@ -170,7 +174,7 @@ class AutoDrafter(Drafter):
         if self.model_source is None:
             return "plain: no prompt text to look up and no draft model"
         _, ceiling = self.model_source.ceiling(self.r, k)
-        if ceiling <= MIN_GAIN:
+        if ceiling <= self.model_source.min_gain:
             return f"plain: even perfectly accepted drafts would run at {ceiling:.2f}x plain speed here"
         s = max(self.model_source.speedups(self.r, k))
         return f"plain: at the acceptance seen so far, drafts would run at {s:.2f}x plain speed"

@@ -100,10 +100,10 @@ class LookupDrafter(Drafter):
     def find(self, context: list[int], k: int) -> list[int]:
         ids = np.asarray(context)
         for n in range(min(self.ngram_max, len(ids) - 1), self.ngram_min - 1, -1):
-            suffix = ids[-n:]
-            # Earlier copies of the suffix (the suffix itself excluded) that have a continuation.
-            starts = np.flatnonzero(ids[: len(ids) - n] == suffix[0])
-            matches = [int(s) + n for s in starts if np.array_equal(ids[s : s + n], suffix)]
+            # Every earlier window equal to the last n tokens (the suffix itself excluded), vectorized: this
+            # runs at every step of auto mode.
+            windows = np.lib.stride_tricks.sliding_window_view(ids[:-1], n)
+            matches = (np.flatnonzero((windows == ids[-n:]).all(axis=1)) + n).tolist()
             if matches:
                 # Continuing the previous copy means its source lies just past where the last one started.
                 ahead = [m for m in matches if self._copy_from < m <= self._copy_from + k + 1]
