@@ -409,6 +409,10 @@ def _settings_controls(s: Settings) -> dict[str, gr.components.Component]:
         lo, hi = LIMITS[name]
         return gr.Slider(lo, hi, value=getattr(s, name), step=step, label=label, info=info, elem_id=f"sc-set-{name}")
 
+    def number(name: str, label: str) -> gr.Number:
+        lo, hi = LIMITS[name]
+        return gr.Number(getattr(s, name), label=label, precision=0, minimum=lo, maximum=hi, elem_id=f"sc-set-{name}")
+
     return {
         "system_prompt": gr.Textbox(s.system_prompt, label="System prompt", lines=2, elem_id="sc-set-system_prompt"),
         "mode": gr.Radio(
@@ -419,29 +423,8 @@ def _settings_controls(s: Settings) -> dict[str, gr.components.Component]:
         "top_k": slider("top_k", "Top-k", 1, "0: off"),
         "top_p": slider("top_p", "Top-p", 0.01, "1: off"),
         "min_p": slider("min_p", "Min-p", 0.01, "0: off"),
-        "seed": gr.Number(
-            s.seed,
-            label="Seed (-1: random)",
-            precision=0,
-            minimum=LIMITS["seed"][0],
-            maximum=LIMITS["seed"][1],
-            elem_id="sc-set-seed",
-        ),
+        "seed": number("seed", "Seed (-1: random)"),
         "max_tokens": slider("max_tokens", "Max tokens", 1),
-        "threads": gr.Number(
-            s.threads,
-            label="CPU threads (0: all cores; applies on load)",
-            precision=0,
-            minimum=LIMITS["threads"][0],
-            maximum=LIMITS["threads"][1],
-            elem_id="sc-set-threads",
-        ),
-        "gpu_layers": gr.Number(
-            s.gpu_layers,
-            label="GPU layers (-1: all; applies on load)",
-            precision=0,
-            minimum=LIMITS["gpu_layers"][0],
-            maximum=LIMITS["gpu_layers"][1],
-            elem_id="sc-set-gpu_layers",
-        ),
+        "threads": number("threads", "CPU threads (0: all cores; applies on load)"),
+        "gpu_layers": number("gpu_layers", "GPU layers (-1: all; applies on load)"),
     }
