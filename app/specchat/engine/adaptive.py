@@ -159,20 +159,21 @@ class AutoDrafter(Drafter):
 
     def _try(self, source: Source, k_max: int, draft):
         k, s = source.plan(self.r, k_max)
-        if k == 0:
+        probing = k == 0
+        if probing:
             # Probe only a source that could pay at all here, now and then, at the length that would pay best.
             k, best = source.ceiling(self.r, k_max)
             if best <= source.min_gain or not source.probe_due():
                 return None
-        self._last = (source, s == 1.0)
+        self._last = (source, probing)
         self.name = f"{source.name}, k={k}: " + (
-            "probing whether drafts pay again" if s == 1.0 else f"expected {s:.2f}x plain speed here"
+            "probing whether drafts pay again" if probing else f"expected {s:.2f}x plain speed here"
         )
         return draft(k)
 
     def _explain_plain(self, k: int) -> str:
         if self.model_source is None:
-            return "plain: no prompt text to look up and no draft model"
+            return "plain: no draft model, and no text in the conversation worth copying here"
         _, ceiling = self.model_source.ceiling(self.r, k)
         if ceiling <= self.model_source.min_gain:
             return f"plain: even perfectly accepted drafts would run at {ceiling:.2f}x plain speed here"
