@@ -62,12 +62,15 @@ def test_auto_decodes_plainly_when_drafts_cannot_pay_and_says_why(tiny):
     real = tiny.calibration()
     # A slow-batch machine: each extra token in a batch costs a full step and the draft as much again.
     tiny._calibration = Calibration(real.t1, {n: float(n) for n in range(2, 10)}, 1.0, real.key)
+    draft_decoded = tiny.draft.n_decoded
     try:
         events, steps = run(tiny, [{"role": "user", "content": "Name three colors."}], max_tokens=24)
     finally:
         tiny._calibration = real
     stats = events[-1].stats
     assert stats.drafted == 0 and {e.kind for e in events} == {"target"}
+    # A draft model that cannot pay does not even read the prompt (that would only delay the first token).
+    assert tiny.draft.n_decoded == draft_decoded
     # Best case for the draft: k=1, 2 tokens for 1 + r(2) = 3 steps. Lookup (free) at best breaks even: no probes.
     # (Later steps refine the costs with measured step times, so only the first figure is exact.)
     assert steps[0][0] == "plain: even perfectly accepted drafts would run at 0.67x plain speed here"
@@ -85,3 +88,17 @@ def test_auto_uses_prompt_lookup_when_the_answer_repeats_the_prompt(qwen_pair, t
     assert any(s.startswith("prompt lookup") for s, _ in steps), {s for s, _ in steps}
     assert stats.accepted > 10
     assert "out = w * h" in "".join(e.text for e in events)
+
+
+def test_auto_keeps_what_it_learned_for_the_conversation_and_the_costs_for_the_machine(tiny):
+    first = [{"role": "user", "content": "Name three colors."}]
+    events, _ = run(tiny, first, max_tokens=12)
+    drafter = tiny.drafter("auto", tiny.chat_prompt(first))
+    answer = "".join(e.text for e in events)
+    follow_up = [*first, {"role": "assistant", "content": answer}, {"role": "user", "content": "And three more?"}]
+    # The next turn's prompt holds the first one: same conversation, same acceptance trackers and budgets.
+    assert tiny.drafter("auto", tiny.chat_prompt(follow_up)) is drafter
+    # Another conversation starts its acceptance afresh, but the costs measured so far belong to the machine.
+    other = tiny.drafter("auto", tiny.chat_prompt([{"role": "user", "content": "Count to five."}]))
+    assert other is not drafter and other.costs is drafter.costs
+    assert other.model_source.tracker is not drafter.model_source.tracker

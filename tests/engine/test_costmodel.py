@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specchat.engine.adaptive import AcceptanceTracker, AutoDrafter
+from specchat.engine.adaptive import EXPLORE_SHARE, AcceptanceTracker, AutoDrafter
 from specchat.engine.calibration import Calibration
 from specchat.engine.costmodel import (
     best_k,
@@ -82,21 +82,24 @@ def test_auto_uses_lookup_on_repeated_text_and_stops_when_it_fails():
     assert tokens == [] and drafter.name.startswith("plain")
 
 
-def test_auto_probes_again_with_a_growing_interval():
+def test_probes_where_drafts_never_pay_lose_at_most_the_exploration_share():
     rng = np.random.default_rng(0)
     drafter = auto(CPU_R, None)
-    context = list(range(10, 40)) + list(range(10, 15))
-    for _ in range(4):
-        judge(drafter, len(drafter.propose(context, 8, SamplingParams(), rng)[0]), 0)
-    gaps, since = [], 0
-    for _ in range(200):
+    context = list(range(10, 40)) + list(range(10, 15))  # a match at every step, and the target rejects it all
+    spent = lost = 0.0
+    probes = []
+    for step in range(3000):
         tokens, _ = drafter.propose(context, 8, SamplingParams(), rng)
-        since += 1
+        step_s = drafter.costs.t1 * drafter.r(len(tokens) + 1)
+        judge(drafter, len(tokens), 0)
+        spent += step_s
+        lost += step_s - drafter.costs.t1  # each step gave one token, as a plain step would have
         if tokens:
-            gaps.append(since)
-            since = 0
-            judge(drafter, len(tokens), 0)
-    assert len(gaps) >= 3 and gaps == sorted(gaps) and gaps[-1] > gaps[0]
+            probes.append(step)
+    assert len(probes) >= 5 and probes[-1] > 2500  # it keeps looking, to the end
+    # The priors' first bets (a step or two) plus the budget: a share of the time, split among the sources.
+    assert lost <= EXPLORE_SHARE * spent + 3 * drafter.costs.t1
+    assert lost >= EXPLORE_SHARE / len(drafter.sources) * spent * 0.5
 
 
 def test_live_costs_follow_the_steps_actually_measured():
@@ -126,6 +129,9 @@ class _FakeModelDrafter(LookupDrafter):
 
     def __init__(self):
         super().__init__(100)
+
+    def behind(self, context):
+        return len(context)  # a draft model that has read nothing yet, as at the start of an answer
 
     def propose(self, *a):  # pragma: no cover - reaching it fails the test
         raise AssertionError("a draft that cannot pay was asked for tokens")

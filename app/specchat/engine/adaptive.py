@@ -2,9 +2,8 @@
 
 Sources: prompt lookup (costs nothing, one-hot drafts), the draft model (costs c per token), or none. Each
 source's acceptance is tracked per draft position as it happens; the step's draft length maximizes
-E(k) / (k c + r(k+1)) with this machine's calibrated r(n) and c. A source that would lose is not used, and is
-probed again now and then (with a doubling interval after each failed probe) in case the text turns
-predictable.
+E(k) / (k c + r(k+1)) with this machine's calibrated r(n) and c. A source that would lose is not used, but is
+probed now and then, in case the text turns predictable, out of a budget that bounds what probing may lose.
 """
 
 from __future__ import annotations
@@ -19,9 +18,11 @@ from specchat.engine.sampling import SamplingParams
 # Speculate only for an expected gain of at least 5%: calibration and acceptance estimates are noisy, and a
 # wrong bet costs a whole verify batch.
 MIN_GAIN = 1.05
+# Switching to the draft model after steps without it makes its cache catch up on every token it skipped.
 MODEL_MIN_GAIN = 1.15
-# Steps between probes of a source that does not pay at the acceptance seen so far (doubling after each miss).
-PROBE_EVERY = 16
+# Probes of sources that do not pay at the acceptance seen so far may lose at most this share of decoding time
+# (split among the sources): it bounds what auto can lose against plain decoding where nothing pays.
+EXPLORE_SHARE = 0.02
 
 
 def speedups(rates: list[float], cost: float, r) -> list[float]:
@@ -81,42 +82,42 @@ class LiveCosts:
 class Source:
     """One way of drafting, with its acceptance and its cost per draft token in target steps."""
 
-    def __init__(self, name: str, cost: float, prior: float, min_gain: float = MIN_GAIN):
-        self.name, self.cost, self.min_gain = name, cost, min_gain
+    def __init__(self, name: str, cost: float, prior: float):
+        self.name, self.cost = name, cost
         self.tracker = AcceptanceTracker(prior)
-        self.probe_every, self.since_probe = PROBE_EVERY, 0
+        self.probe_budget_s = 0.0  # what probes of this source may still lose; see EXPLORE_SHARE
 
     def speedups(self, r, k_max: int) -> list[float]:
         """Expected speedup over plain decoding for draft lengths 1..k_max."""
         return speedups(self.tracker.rates(k_max), self.cost, r)
 
-    def plan(self, r, k_max: int) -> tuple[int, float]:
+    def plan(self, r, k_max: int, min_gain: float) -> tuple[int, float]:
         """The best draft length and its expected speedup; (0, 1.0) when no length gains min_gain."""
         s = self.speedups(r, k_max)
         k = int(np.argmax(s)) + 1
-        return (k, s[k - 1]) if s[k - 1] >= self.min_gain else (0, 1.0)
+        return (k, s[k - 1]) if s[k - 1] >= min_gain else (0, 1.0)
 
     def ceiling(self, r, k_max: int) -> tuple[int, float]:
         """The draft length and speedup that perfect acceptance would give: below 1, this source never pays here."""
         return max(((k, (k + 1) / (k * self.cost + r(k + 1))) for k in range(1, k_max + 1)), key=lambda ks: ks[1])
 
-    def probe_due(self) -> bool:
-        self.since_probe += 1
-        return self.since_probe >= self.probe_every
-
-    def observe(self, n_drafted: int, n_accepted: int, probing: bool, r) -> None:
-        self.tracker.update(n_drafted, n_accepted)
-        if probing:
-            # A probe that did not pay for itself makes the next one wait twice as long.
-            paid = n_accepted + 1 >= n_drafted * self.cost + r(n_drafted + 1)
-            self.since_probe = 0
-            self.probe_every = PROBE_EVERY if paid else min(self.probe_every * 2, 512)
+    def can_probe(self, k: int, r, t1: float) -> bool:
+        """Whether the budget covers a probe of k drafts that all fail (a catch-up of the cache comes on top)."""
+        return self.probe_budget_s >= (k * self.cost + r(k + 1) - 1.0) * t1
 
 
 class AutoDrafter(Drafter):
-    def __init__(self, calibration: Calibration, lookup: LookupDrafter, model: ModelDrafter | None):
+    def __init__(
+        self,
+        calibration: Calibration,
+        lookup: LookupDrafter,
+        model: ModelDrafter | None,
+        costs: LiveCosts | None = None,
+    ):
+        """costs: what earlier generations learned of this calibration's costs (they belong to the machine)."""
         super().__init__(lookup.n_vocab)
-        self.costs = LiveCosts(calibration)
+        self.calibration = calibration
+        self.costs = costs or LiveCosts(calibration)
         self.r = self.costs.r
         self.lookup, self.model = lookup, model
         # A longer matched n-gram predicts a copy better: prose repeats pairs of tokens by chance, edited code
@@ -125,18 +126,18 @@ class AutoDrafter(Drafter):
             n: Source(f"prompt lookup ({n}-gram match)", cost=0.0, prior=min(0.2 * n, 0.9))
             for n in range(lookup.ngram_min, lookup.ngram_max + 1)
         }
-        # Same-family drafts for a chat model accept 70-90% (design.md): start in the middle. A draft model
-        # must promise more than lookup: switching to it makes its cache catch up on every token it skipped.
-        self.model_source = (
-            Source("draft model", cost=calibration.c or 0.0, prior=0.8, min_gain=MODEL_MIN_GAIN) if model else None
-        )
+        # Same-family drafts for a chat model accept 70-90% (design.md): start in the middle.
+        self.model_source = Source("draft model", cost=self.costs.c, prior=0.8) if model else None
+        self.sources = [*self.lookup_sources.values(), *([self.model_source] if model else [])]
         self.name = "auto: starting"
         self._last: tuple[Source | None, bool] = (None, False)
         if model is not None:
             model.stop_rule = self._worth_another
 
     def prefill(self, context: list[int]) -> None:
-        if self.model is not None and self.model_source.ceiling(self.r, K_MAX)[1] > self.model_source.min_gain:
+        # Reading the prompt is most of a draft model's catch-up: do it now only if the model is expected to pay
+        # from the start. Otherwise its first probe catches up, at the probe's own expense.
+        if self.model is not None and self.model_source.plan(self.r, K_MAX, MODEL_MIN_GAIN)[0]:
             self.model.prefill(context)
 
     def propose(self, context, k, params: SamplingParams, rng):
@@ -147,23 +148,24 @@ class AutoDrafter(Drafter):
         found = self.lookup.find(context, k)
         if found:
             source = self.lookup_sources[self.lookup.match_len]
-            step = self._try(source, len(found), lambda n: self.lookup.propose(context, n, params, rng))
+            step = self._try(source, len(found), MIN_GAIN, lambda n: self.lookup.propose(context, n, params, rng))
             if step is not None:
                 return step
         if self.model_source is not None:
-            step = self._try(self.model_source, k, lambda n: self.model.propose(context, n, params, rng))
+            min_gain = MIN_GAIN if self.model.behind(context) <= k else MODEL_MIN_GAIN
+            step = self._try(self.model_source, k, min_gain, lambda n: self.model.propose(context, n, params, rng))
             if step is not None:
                 return step
         self.name = self._explain_plain(k)
         return super().propose(context, k, params, rng)
 
-    def _try(self, source: Source, k_max: int, draft):
-        k, s = source.plan(self.r, k_max)
+    def _try(self, source: Source, k_max: int, min_gain: float, draft):
+        k, s = source.plan(self.r, k_max, min_gain)
         probing = k == 0
         if probing:
-            # Probe only a source that could pay at all here, now and then, at the length that would pay best.
+            # Probe only a source that could pay at all here, at the length that would pay best.
             k, best = source.ceiling(self.r, k_max)
-            if best <= source.min_gain or not source.probe_due():
+            if best <= min_gain or not source.can_probe(k, self.r, self.costs.t1):
                 return None
         self._last = (source, probing)
         self.name = f"{source.name}, k={k}: " + (
@@ -175,7 +177,7 @@ class AutoDrafter(Drafter):
         if self.model_source is None:
             return "plain: no draft model, and no text in the conversation worth copying here"
         _, ceiling = self.model_source.ceiling(self.r, k)
-        if ceiling <= self.model_source.min_gain:
+        if ceiling <= MIN_GAIN:
             return f"plain: even perfectly accepted drafts would run at {ceiling:.2f}x plain speed here"
         s = max(self.model_source.speedups(self.r, k))
         return f"plain: at the acceptance seen so far, drafts would run at {s:.2f}x plain speed"
@@ -199,5 +201,10 @@ class AutoDrafter(Drafter):
         self.costs.observe(n_drafted + 1, verify_s, n_drafted if by_model else 0, draft_s)
         if self.model_source is not None:
             self.model_source.cost = self.costs.c
+        step_s = draft_s + verify_s
+        for each in self.sources:
+            each.probe_budget_s += EXPLORE_SHARE / len(self.sources) * step_s
         if source is not None and n_drafted:
-            source.observe(n_drafted, n_accepted, probing, self.r)
+            source.tracker.update(n_drafted, n_accepted)
+            if probing:  # what the probe lost (or won) against plain steps for the tokens it gave
+                source.probe_budget_s -= step_s - (n_accepted + 1) * self.costs.t1

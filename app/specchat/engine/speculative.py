@@ -16,7 +16,7 @@ import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from specchat.compat import check_pair
-from specchat.engine.adaptive import AutoDrafter
+from specchat.engine.adaptive import AutoDrafter, LiveCosts
 from specchat.engine.calibration import Calibration, load_or_measure
 from specchat.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
@@ -69,6 +69,8 @@ class Engine:
         self.on_verify: Callable[[VerifyStep], None] | None = None
         self.cache_dir: Path | None = None  # where calibrations are kept; None: specchat's cache folder
         self._calibration: Calibration | None = None
+        self._auto: AutoDrafter | None = None  # auto mode's learning, kept for the conversation it came from
+        self._auto_prompt: list[int] = []
 
     @classmethod
     def load(
@@ -124,12 +126,10 @@ class Engine:
             self._calibration = load_or_measure(self.target, self.draft, self.cache_dir or cache_dir())
         return self._calibration
 
-    def drafter(self, mode: str) -> Drafter:
+    def drafter(self, mode: str, prompt: Sequence[int] = ()) -> Drafter:
         n_vocab = self.target.n_vocab
         if mode == "auto":
-            model = ModelDrafter(self.draft, n_vocab) if self.draft is not None else None
-            # Unigram matches are too often wrong to pay for a verify batch; they stay in plain lookup mode.
-            return AutoDrafter(self.calibration(), LookupDrafter(n_vocab, ngram_max=4, ngram_min=2), model)
+            return self._auto_drafter(list(prompt))
         if mode == "speculative":
             if self.draft is None:
                 raise SpecchatError("speculative mode needs a draft model; choose one, or use lookup or plain mode")
@@ -140,12 +140,35 @@ class Engine:
             return Drafter(n_vocab)
         raise SpecchatError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
 
+    def _auto_drafter(self, prompt: list[int]) -> AutoDrafter:
+        """auto mode learns acceptance per conversation and costs per machine.
+
+        A prompt that begins with the previous auto prompt continues its conversation (a chat prompt holds
+        every earlier turn) and keeps all that was learned; any other prompt keeps only the costs.
+        """
+        calibration, previous = self.calibration(), self._auto
+        if previous is not None and previous.calibration is calibration:
+            if self._auto_prompt and prompt[: len(self._auto_prompt)] == self._auto_prompt:
+                drafter = previous
+            else:
+                drafter = self._new_auto_drafter(calibration, previous.costs)
+        else:
+            drafter = self._new_auto_drafter(calibration, None)
+        self._auto, self._auto_prompt = drafter, prompt
+        return drafter
+
+    def _new_auto_drafter(self, calibration: Calibration, costs: LiveCosts | None) -> AutoDrafter:
+        n_vocab = self.target.n_vocab
+        model = ModelDrafter(self.draft, n_vocab) if self.draft is not None else None
+        # Unigram matches are too often wrong to pay for a verify batch; they stay in plain lookup mode.
+        return AutoDrafter(calibration, LookupDrafter(n_vocab, ngram_max=4, ngram_min=2), model, costs)
+
     def generate_tokens(self, prompt: list[int], settings: GenerationSettings) -> Iterator[TokenEvent]:
         """Checks run now (fail fast); decoding starts at the first next()."""
         if not prompt:
             raise SpecchatError("the prompt is empty")
         self.target.check_room(len(prompt) + 1)
-        return self._loop(prompt, settings, self.drafter(settings.mode))
+        return self._loop(prompt, settings, self.drafter(settings.mode, prompt))
 
     def _loop(self, prompt: list[int], settings: GenerationSettings, drafter: Drafter) -> Iterator[TokenEvent]:
         target, params = self.target, settings.sampling
