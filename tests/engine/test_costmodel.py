@@ -135,3 +135,14 @@ class _FakeModelDrafter(LookupDrafter):
 
     def propose(self, *a):  # pragma: no cover - reaching it fails the test
         raise AssertionError("a draft that cannot pay was asked for tokens")
+
+
+def test_costs_measured_while_the_machine_was_busy_are_kept_plausible():
+    # A calibration disturbed by other work: a batch of 4 "cost" 19 steps, more than 4 single steps would.
+    drafter = auto({2: 5.1, 3: 5.5, 4: 19.4, 9: 14.9}, None)
+    assert [drafter.r(n) for n in (2, 3, 4, 9)] == [2.0, 3.0, 4.0, 9.0]
+    for _ in range(20):  # the steps really taken correct it
+        judge(drafter, 0, 0)
+        drafter._last = (drafter.lookup_sources[8], False)
+        drafter.observe(3, 3, 0.0, 1.7 * drafter.costs.t1)
+    assert drafter.r(4) == pytest.approx(1.7, rel=0.02)
