@@ -47,9 +47,15 @@ def send(page, text: str) -> int:
 
 
 def settle(page, mark: int, timeout: float = 180_000) -> list[tuple[str, str]]:
-    """Wait until the answer sent at `mark` has ended; returns the (state, tokens) pairs seen since."""
+    """Wait until the answer sent at `mark` has ended; returns the (state, tokens) pairs seen since.
+
+    Only an end after the answer started counts: the status of the previous answer may be drawn again (a
+    re-render) after the mark, and taking that for this answer's end would race the new one.
+    """
     page.wait_for_function(
-        "([mark, ends]) => window.__seen.slice(mark).some(([state]) => ends.includes(state))",
+        "([mark, ends]) => { const seen = window.__seen.slice(mark);"
+        " const start = seen.findIndex(([state]) => state === 'generating');"
+        " return start >= 0 && seen.slice(start).some(([state]) => ends.includes(state)); }",
         arg=[mark, list(SETTLED)],
         timeout=timeout,
     )

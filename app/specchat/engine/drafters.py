@@ -103,18 +103,28 @@ class LookupDrafter(Drafter):
 
     def find(self, context: list[int], k: int) -> list[int]:
         ids = np.asarray(context)
-        for n in range(min(self.ngram_max, len(ids) - 1), self.ngram_min - 1, -1):
-            # Every earlier window equal to the last n tokens (the suffix itself excluded), vectorized: this
-            # runs at every step of auto mode.
-            windows = np.lib.stride_tricks.sliding_window_view(ids[:-1], n)
-            matches = (np.flatnonzero((windows == ids[-n:]).all(axis=1)) + n).tolist()
-            if matches:
-                # Continuing the previous copy means its source lies just past where the last one started.
-                ahead = [m for m in matches if self._copy_from < m <= self._copy_from + k + 1]
-                self._copy_from = ahead[0] if ahead else matches[0]
-                self.match_len = n
-                return ids[self._copy_from : self._copy_from + k].tolist()
-        return []
+        n, n_max = self.ngram_min, min(self.ngram_max, len(ids) - 1)
+        if n > n_max:
+            return []
+        # Where each earlier window equal to the last ngram_min tokens ends (the suffix itself excluded),
+        # vectorized: this runs at every step of auto mode. Longer matches are among these: extend them while
+        # the token before still matches.
+        windows = np.lib.stride_tricks.sliding_window_view(ids[:-1], n)
+        ends = np.flatnonzero((windows == ids[-n:]).all(axis=1)) + n
+        if not ends.size:
+            return []
+        while n < n_max:
+            before = ends - n - 1
+            longer = ends[(before >= 0) & (ids[np.maximum(before, 0)] == ids[-n - 1])]
+            if not longer.size:
+                break
+            ends, n = longer, n + 1
+        matches = ends.tolist()
+        # Continuing the previous copy means its source lies just past where the last one started.
+        ahead = [m for m in matches if self._copy_from < m <= self._copy_from + k + 1]
+        self._copy_from = ahead[0] if ahead else matches[0]
+        self.match_len = n
+        return ids[self._copy_from : self._copy_from + k].tolist()
 
     def propose(self, context, k, params, rng):
         tokens = self.find(context, k) if k > 0 else []
