@@ -14,7 +14,8 @@ from specchat.engine.costmodel import (
     interpolate_r,
     speedup,
 )
-from specchat.engine.drafters import LookupDrafter
+from specchat.engine.drafters import LookupDrafter, ModelDrafter
+from specchat.engine.llama_backend import BackendConfig, LlamaModel
 from specchat.engine.sampling import SamplingParams
 
 # design.md, measured on two EPYC cores: the Qwen2.5-Coder 1.5B target and its 0.5B draft.
@@ -102,8 +103,16 @@ def test_probes_where_drafts_never_pay_lose_at_most_the_exploration_share():
     assert lost >= EXPLORE_SHARE / len(drafter.sources) * spent * 0.5
 
 
-def test_live_costs_follow_the_steps_actually_measured():
-    drafter = AutoDrafter(Calibration(0.1, CPU_R, 0.5, "k"), lookup(), _FakeModelDrafter())
+@pytest.fixture(scope="module")
+def draft_model(tiny_model):
+    model = LlamaModel(tiny_model, BackendConfig(n_ctx=512))
+    yield model
+    model.close()
+
+
+@pytest.mark.models
+def test_live_costs_follow_the_steps_actually_measured(draft_model):
+    drafter = AutoDrafter(Calibration(0.1, CPU_R, 0.5, "k"), lookup(), ModelDrafter(draft_model, 100))
     assert drafter.r(4) == pytest.approx(2.49) and drafter.costs.c == pytest.approx(0.5)
     for _ in range(40):  # batches of 4 turn out to cost 3 steps, draft tokens a fifth of one
         drafter._last = (drafter.model_source, False)
@@ -117,24 +126,14 @@ def test_live_costs_follow_the_steps_actually_measured():
     assert drafter.r(4) == pytest.approx(3.0, rel=0.01) and drafter.r(2) == pytest.approx(1.61)
 
 
-def test_auto_explains_why_it_decodes_plainly():
-    drafter = AutoDrafter(Calibration(0.07, CPU_R, 0.5, "k"), lookup(), _FakeModelDrafter())
+@pytest.mark.models
+def test_auto_explains_why_it_decodes_plainly(draft_model):
+    decoded = draft_model.n_decoded
+    drafter = AutoDrafter(Calibration(0.07, CPU_R, 0.5, "k"), lookup(), ModelDrafter(draft_model, 100))
     tokens, _ = drafter.propose(list(range(10, 30)), 8, SamplingParams(), np.random.default_rng(0))
     assert tokens == []
+    assert draft_model.n_decoded == decoded, "a draft model that cannot pay was asked for tokens"
     assert drafter.name.startswith("plain: even perfectly accepted drafts would run at 1.00x plain speed here")
-
-
-class _FakeModelDrafter(LookupDrafter):
-    """Stands in for a draft model in a pure decision test: the decision must not call it."""
-
-    def __init__(self):
-        super().__init__(100)
-
-    def behind(self, context):
-        return len(context)  # a draft model that has read nothing yet, as at the start of an answer
-
-    def propose(self, *a):  # pragma: no cover - reaching it fails the test
-        raise AssertionError("a draft that cannot pay was asked for tokens")
 
 
 def test_costs_measured_while_the_machine_was_busy_are_kept_plausible():

@@ -111,7 +111,7 @@ class Source:
     def __init__(self, name: str, cost: float, prior: float, later_prior: float | None = None):
         self.name, self.cost = name, cost
         self.tracker = AcceptanceTracker(prior, later_prior)
-        self.probe_budget_s = 0.0  # what probes of this source may still lose; see EXPLORE_SHARE
+        self.probe_loss_s = 0.0  # what probes of this source have lost against plain steps (less what they won)
 
     def speedups(self, r, k_max: int) -> list[float]:
         """Expected speedup over plain decoding for draft lengths 1..k_max."""
@@ -127,9 +127,10 @@ class Source:
         """The draft length and speedup that perfect acceptance would give: below 1, this source never pays here."""
         return max(((k, (k + 1) / (k * self.cost + r(k + 1))) for k in range(1, k_max + 1)), key=lambda ks: ks[1])
 
-    def can_probe(self, k: int, r, t1: float) -> bool:
-        """Whether the budget covers a probe of k drafts that all fail (a catch-up of the cache comes on top)."""
-        return self.probe_budget_s >= (k * self.cost + r(k + 1) - 1.0) * t1
+    def can_probe(self, k: int, r, t1: float, allowance_s: float) -> bool:
+        """Whether what is left of the allowance covers a probe of k drafts that all fail (a catch-up of the
+        cache comes on top)."""
+        return allowance_s - self.probe_loss_s >= (k * self.cost + r(k + 1) - 1.0) * t1
 
 
 class AutoDrafter(Drafter):
@@ -156,6 +157,7 @@ class AutoDrafter(Drafter):
         # Same-family drafts for a chat model accept 70-90% (design.md): start in the middle.
         self.model_source = Source("draft model", cost=self.costs.c, prior=0.8) if model else None
         self.sources = [*self.lookup_sources.values(), *([self.model_source] if model else [])]
+        self.decoding_s = 0.0  # drafting and verifying so far: what the probing allowance is a share of
         self.name = "auto: starting"
         self._last: tuple[Source | None, bool] = (None, False)
         if model is not None:
@@ -174,7 +176,8 @@ class AutoDrafter(Drafter):
             return super().propose(context, k, params, rng)
         found = self.lookup.find(context, k)
         if found:
-            source = self.lookup_sources[max((n for n in LOOKUP_BANDS if n <= self.lookup.match_len), default=2)]
+            band = max((n for n in LOOKUP_BANDS if n <= self.lookup.match_len), default=LOOKUP_BANDS[0])
+            source = self.lookup_sources[band]
             step = self._try(source, len(found), MIN_GAIN, lambda n: self.lookup.propose(context, n, params, rng))
             if step is not None:
                 return step
@@ -192,7 +195,8 @@ class AutoDrafter(Drafter):
         if probing:
             # Probe only a source that could pay at all here, at the length that would pay best.
             k, best = source.ceiling(self.r, k_max)
-            if best <= min_gain or not source.can_probe(k, self.r, self.costs.t1):
+            allowance_s = EXPLORE_SHARE / len(self.sources) * self.decoding_s
+            if best <= min_gain or not source.can_probe(k, self.r, self.costs.t1, allowance_s):
                 return None
         self._last = (source, probing)
         self.name = f"{source.name}, k={k}: " + (
@@ -229,9 +233,8 @@ class AutoDrafter(Drafter):
         if self.model_source is not None:
             self.model_source.cost = self.costs.c
         step_s = draft_s + verify_s
-        for each in self.sources:
-            each.probe_budget_s += EXPLORE_SHARE / len(self.sources) * step_s
+        self.decoding_s += step_s
         if source is not None and n_drafted:
             source.tracker.update(n_drafted, n_accepted)
             if probing:  # what the probe lost (or won) against plain steps for the tokens it gave
-                source.probe_budget_s -= step_s - (n_accepted + 1) * self.costs.t1
+                source.probe_loss_s += step_s - (n_accepted + 1) * self.costs.t1

@@ -69,9 +69,8 @@ class ModelDrafter(Drafter):
             token = int(np.argmax(p)) if params.greedy else sample(p, rng)
             tokens.append(token)
             rows.append(p)
-            if len(tokens) == k:
-                return tokens, np.stack(rows)
-            if self.stop_rule and not self.stop_rule(len(tokens), k, _confidence(logits, p, token)):
+            full = len(tokens) == k
+            if full or (self.stop_rule and not self.stop_rule(len(tokens), k, _confidence(logits, p, token))):
                 return tokens, np.stack(rows)
             logits = self.model.decode([token])[0]
 

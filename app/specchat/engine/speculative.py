@@ -146,14 +146,12 @@ class Engine:
         A prompt that begins with the previous auto prompt continues its conversation (a chat prompt holds
         every earlier turn) and keeps all that was learned; any other prompt keeps only the costs.
         """
-        calibration, previous = self.calibration(), self._auto
-        if previous is not None and previous.calibration is calibration:
-            if self._auto_prompt and prompt[: len(self._auto_prompt)] == self._auto_prompt:
-                drafter = previous
-            else:
-                drafter = self._new_auto_drafter(calibration, previous.costs)
+        calibration = self.calibration()
+        previous = self._auto if self._auto is not None and self._auto.calibration is calibration else None
+        if previous is not None and self._auto_prompt and prompt[: len(self._auto_prompt)] == self._auto_prompt:
+            drafter = previous
         else:
-            drafter = self._new_auto_drafter(calibration, None)
+            drafter = self._new_auto_drafter(calibration, previous.costs if previous is not None else None)
         self._auto, self._auto_prompt = drafter, prompt
         return drafter
 
