@@ -57,6 +57,28 @@ def test_tracker_learns_per_position_acceptance():
     assert rates[3] == pytest.approx(0.5)
 
 
+def test_positions_never_drafted_borrow_what_the_later_positions_showed():
+    copying = AcceptanceTracker(prior=0.4, later_prior=0.8)
+    chance = AcceptanceTracker(prior=0.4, later_prior=0.8)
+    for _ in range(30):
+        copying.update(3, 3)  # a copy in progress: every 3-token draft passes
+        chance.update(3, 1)  # chance repeats: the first token passes, the second never
+    assert min(copying.rates(8)[3:]) > 0.9, "a longer draft of the copy looks as good as the short ones were"
+    assert max(chance.rates(8)[3:]) < 0.5
+
+
+def test_a_copy_resumes_after_an_edit_from_where_it_left_off():
+    drafter = LookupDrafter(100, ngram_max=4, ngram_min=2)
+    # The input holds the pair (50, 51) twice; the output copies the second part, edits one token, goes on.
+    prompt = [50, 51, 1, 2, 3] + [10, 11, 12, 13, 14, 50, 51, 15, 16, 17]
+    assert drafter.find(prompt + [10, 11], 3) == [12, 13, 14]
+    drafter.observe(3, 3)  # accepted; then the target inserted 99 before the copy went on with (50, 51)
+    assert drafter.find(prompt + [10, 11, 12, 13, 14, 99, 50, 51], 3) == [15, 16, 17]
+    assert drafter.resuming and drafter.match_len == 2
+    fresh = LookupDrafter(100, ngram_max=4, ngram_min=2)  # no copy before it: the earliest occurrence
+    assert fresh.find(prompt + [7, 50, 51], 3) == [1, 2, 3] and not fresh.resuming
+
+
 def lookup() -> LookupDrafter:
     return LookupDrafter(100, ngram_max=4, ngram_min=2)  # as auto mode builds it
 
@@ -81,6 +103,21 @@ def test_auto_uses_lookup_on_repeated_text_and_stops_when_it_fails():
         judge(drafter, len(tokens), 0)
     tokens, _ = drafter.propose(context, 8, SamplingParams(), rng)
     assert tokens == [] and drafter.name.startswith("plain")
+
+
+def test_auto_trusts_a_short_match_where_a_copy_resumes_not_elsewhere():
+    rng = np.random.default_rng(0)
+    drafter = auto(CPU_R, None)
+    prompt = [50, 51, 1, 2, 3, 10, 11, 12, 13, 14, 50, 51, 15, 16, 17]
+    for _ in range(3):  # pairs repeated by chance: the target rejects them
+        tokens, _ = drafter.propose(prompt + [7, 50, 51], 8, SamplingParams(), rng)
+        judge(drafter, len(tokens), 0)
+    assert drafter.propose(prompt + [7, 50, 51], 8, SamplingParams(), rng)[0] == []
+    tokens, _ = drafter.propose(prompt + [10, 11, 12, 13], 8, SamplingParams(), rng)
+    assert tokens[0] == 14
+    judge(drafter, len(tokens), 1)  # 14 accepted; the target then inserted 99 before going on with (50, 51)
+    tokens, _ = drafter.propose(prompt + [10, 11, 12, 13, 14, 99, 50, 51], 8, SamplingParams(), rng)
+    assert tokens[:3] == [15, 16, 17] and "copy resuming" in drafter.name
 
 
 def test_probes_where_drafts_never_pay_lose_at_most_the_exploration_share():

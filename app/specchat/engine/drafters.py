@@ -84,12 +84,18 @@ def _confidence(logits: np.ndarray, p: np.ndarray, token: int) -> float:
     return float(z[token] / z.sum())
 
 
+# How far past the latest accepted copy a match still counts as that copy resuming: an edit replaces a few
+# tokens of the input, then the output goes on repeating it. On the built-in suite's greedy answers, a 2- or
+# 3-token match there was right 60-70% of the time; elsewhere 44%.
+RESUME_WINDOW = 8
+
+
 class LookupDrafter(Drafter):
     """Prompt lookup decoding: continue an earlier occurrence of the context's last n-gram.
 
-    Longer n-grams first. Among equal matches it keeps following the copy it followed last step (output that
-    repeats its input moves through it in order), else takes the earliest. Costs no model call; its draft
-    distribution is one-hot, which the acceptance rule handles exactly.
+    Longer n-grams first. Among equal matches it prefers one just past where the latest accepted copy ended
+    (output that repeats its input moves through it in order, and resumes there after an edit), else takes the
+    earliest. Costs no model call; its draft distribution is one-hot, which the acceptance rule handles exactly.
     """
 
     name = "prompt lookup"
@@ -98,7 +104,9 @@ class LookupDrafter(Drafter):
         super().__init__(n_vocab)
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
         self._copy_from = -1  # where in the context the latest proposal was copied from
+        self._copied_to = -RESUME_WINDOW - 1  # just past the source of the latest accepted copy
         self.match_len = 0  # length of the n-gram the latest proposal matched
+        self.resuming = False  # whether the latest proposal's source lies just past the latest accepted copy
 
     def find(self, context: list[int], k: int) -> list[int]:
         ids = np.asarray(context)
@@ -118,12 +126,15 @@ class LookupDrafter(Drafter):
             if not longer.size:
                 break
             ends, n = longer, n + 1
-        matches = ends.tolist()
-        # Continuing the previous copy means its source lies just past where the last one started.
-        ahead = [m for m in matches if self._copy_from < m <= self._copy_from + k + 1]
-        self._copy_from = ahead[0] if ahead else matches[0]
+        near = ends[(ends > self._copied_to) & (ends <= self._copied_to + RESUME_WINDOW)]
+        self.resuming = bool(near.size)
+        self._copy_from = int(near[0] if near.size else ends[0])
         self.match_len = n
         return ids[self._copy_from : self._copy_from + k].tolist()
+
+    def observe(self, n_drafted: int, n_accepted: int, draft_s: float = 0.0, verify_s: float = 0.0) -> None:
+        if n_drafted and n_accepted:
+            self._copied_to = self._copy_from + n_accepted
 
     def propose(self, context, k, params, rng):
         tokens = self.find(context, k) if k > 0 else []
