@@ -74,21 +74,31 @@ def token_count(page) -> int:
     return answers(page).last.locator("[data-kind]").count()
 
 
-def set_max_tokens(page, n: int, settings_file: Path) -> None:
+def set_setting(page, name: str, value: int | str, settings_file: Path) -> None:
+    """Set one of the Settings controls and wait until the app saved it to the config file (what the next tab
+    and the next run start from)."""
     accordion = page.locator("#sc-settings")
-    if not accordion.locator("#sc-set-max_tokens").is_visible():
+    if not accordion.locator(f"#sc-set-{name}").is_visible():
         accordion.locator("button.label-wrap").click()
-    box = page.locator("#sc-set-max_tokens input[type=number]")
+    box = page.locator(f"#sc-set-{name} " + ("textarea" if isinstance(value, str) else "input[type=number]"))
     # Typed again if needed: the page's own load event may still be filling in the saved settings.
     for _ in range(50):
-        box.fill(str(n))
-        box.press("Enter")
+        box.fill(str(value))
+        if not isinstance(value, str):
+            box.press("Enter")
         page.wait_for_timeout(200)
-        shown = page.locator("#sc-set-max_tokens input[type=range]").input_value()
-        # The change is saved to the config file (what the next tab and the next run start from).
-        if shown == str(n) and json.loads(settings_file.read_text()).get("max_tokens") == n:
+        if box.input_value() == str(value) and json.loads(settings_file.read_text()).get(name) == value:
             return
-    pytest.fail(f"max_tokens={n} was not shown and saved to {settings_file}")
+    pytest.fail(f"{name}={value!r} was not shown and saved to {settings_file}")
+
+
+def set_max_tokens(page, n: int, settings_file: Path) -> None:
+    set_setting(page, "max_tokens", n, settings_file)
+    assert page.locator("#sc-set-max_tokens input[type=range]").input_value() == str(n)
+
+
+def stat(page, key: str) -> str:
+    return page.locator(f'#sc-stats [data-stat="{key}"]').inner_text()
 
 
 def settings_file(server) -> Path:
@@ -110,11 +120,11 @@ def test_answer_streams_with_token_kinds_and_live_stats(chat_server, new_page, a
     assert accepted.get_attribute("title").startswith("accepted draft token · draft position ")
     accepted.hover()
 
-    final_tokens = int(page.locator('#sc-stats [data-stat="tokens"]').inner_text())
+    final_tokens = int(stat(page, "tokens"))
     assert max(streamed_counts) <= final_tokens and tokens.count() <= final_tokens
     assert page.locator("#sc-stats .sc-stats").get_attribute("data-finish") in ("eog", "length")
     assert page.locator("#sc-plot rect.sc-bar").count() >= 1
-    assert page.locator('#sc-stats [data-stat="strategy"]').inner_text().strip()
+    assert stat(page, "strategy").strip()
     page.screenshot(path=str(artifacts / "chat.png"))
 
 
@@ -139,7 +149,7 @@ def test_stop_ends_a_long_answer_and_the_chat_goes_on(chat_server, new_page, art
         page.wait_for_timeout(1500)
         assert token_count(page) == count, "tokens arrived after Stop settled"
         assert page.locator("#sc-stats .sc-stats").get_attribute("data-finish") == "closed"
-        assert int(page.locator('#sc-stats [data-stat="tokens"]').inner_text()) < 3000
+        assert int(stat(page, "tokens")) < 3000
 
         seen = settle(page, send(page, "Now say hello in one short sentence."))
         assert seen[-1][0] == "done", seen[-1]
@@ -175,6 +185,51 @@ def test_markdown_view_regenerate_and_clear(chat_server, new_page):
     page.wait_for_function("() => !document.querySelector('#sc-chat-overlay .sc-overlay')")
     assert user_messages(page) == []
     assert page.locator("#sc-stats .sc-stats-empty").count() == 1
+
+
+def test_the_system_prompt_is_saved_and_reaches_the_model(chat_server, new_page):
+    page = open_chat(new_page, chat_server.url)
+    file = settings_file(chat_server)
+    longer = "Be brief. " + "Answer as a patient teacher who explains every step, names each idea, and checks " * 3
+    try:
+        set_setting(page, "system_prompt", "Be brief.", file)
+        assert settle(page, send(page, "Hi"))[-1][0] == "done"
+        short_prompt = int(stat(page, "prompt_tokens"))
+        page.click("#sc-clear")
+        page.wait_for_function("() => !document.querySelector('#sc-chat-overlay .sc-overlay')")
+        set_setting(page, "system_prompt", longer, file)
+        assert settle(page, send(page, "Hi"))[-1][0] == "done"
+        # The same first message: the model read the longer system prompt (less the prefix its cache kept).
+        assert int(stat(page, "prompt_tokens")) >= short_prompt + 25
+        other = open_chat(new_page, chat_server.url)
+        other.locator("#sc-settings button.label-wrap").click()
+        assert other.locator("#sc-set-system_prompt textarea").input_value() == longer
+    finally:
+        set_setting(page, "system_prompt", "You are a helpful assistant.", file)
+
+
+def test_reload_applies_the_thread_setting(chat_server, new_page):
+    page = open_chat(new_page, chat_server.url)
+    file = settings_file(chat_server)
+    banner = page.locator("#sc-model .sc-model")
+    assert banner.inner_text().endswith("· 1 thread"), banner.inner_text()  # the command line's --threads 1
+
+    def reload_with(threads: int) -> None:
+        set_setting(page, "threads", threads, file)
+        page.get_by_role("button", name="Reload the model with these threads / GPU layers").click()
+        page.wait_for_function(
+            "text => { const b = document.querySelector('#sc-model .sc-model');"
+            " return b && b.dataset.state === 'ready' && b.textContent.endsWith(text); }",
+            arg=f"· {threads} thread{'s' * (threads != 1)}",
+            timeout=180_000,
+        )
+
+    try:
+        reload_with(2)
+        assert settle(page, send(page, "Say hello."))[-1][0] == "done"
+        assert token_count(page) > 0
+    finally:
+        reload_with(1)  # the machine's two cores are shared: the other tests run with one thread
 
 
 def test_two_tabs_share_the_engine_in_turn(chat_server, new_page):

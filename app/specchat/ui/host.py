@@ -69,7 +69,12 @@ class EngineHost:
             return
         self.engine = engine
         names = engine.target.name + (f" + {engine.draft.name} (draft)" if engine.draft else " (no draft model)")
-        self._finish("ready", f"Ready: {names}", target, draft)
+        # What a reload with other settings changed, so that the user can see it took effect.
+        n_threads = config.threads[0]
+        setup = f"{n_threads} thread{'s' * (n_threads != 1)}"
+        if config.n_gpu_layers:
+            setup += ", all layers on the GPU" if config.n_gpu_layers < 0 else f", {config.n_gpu_layers} GPU layers"
+        self._finish("ready", f"Ready: {names} · {setup}", target, draft)
 
     def _finish(self, state: str, message: str, target: Path, draft: Path | None) -> None:
         with self._guard:
