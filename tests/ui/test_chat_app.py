@@ -203,7 +203,10 @@ def test_the_system_prompt_is_saved_and_reaches_the_model(chat_server, new_page)
         assert int(stat(page, "prompt_tokens")) >= short_prompt + 25
         other = open_chat(new_page, chat_server.url)
         other.locator("#sc-settings button.label-wrap").click()
-        assert other.locator("#sc-set-system_prompt textarea").input_value() == longer
+        # A new tab fills in the saved settings on load: wait for that rather than read the built-in default.
+        other.wait_for_function(
+            "text => document.querySelector('#sc-set-system_prompt textarea')?.value === text", arg=longer
+        )
     finally:
         set_setting(page, "system_prompt", "You are a helpful assistant.", file)
 
