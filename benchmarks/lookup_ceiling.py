@@ -17,10 +17,9 @@ from collections import defaultdict
 
 from specchat.bench import BUILTIN, load_suite
 from specchat.engine import Engine, GenerationSettings
-from specchat.engine.adaptive import LOOKUP_BANDS, AutoDrafter
+from specchat.engine.adaptive import AutoDrafter, auto_lookup
 from specchat.engine.calibration import K_MAX, Calibration
 from specchat.engine.costmodel import interpolate_r
-from specchat.engine.drafters import LookupDrafter
 from specchat.engine.sampling import SamplingParams
 
 
@@ -32,18 +31,14 @@ def _right(drafts: list[int], answer: list[int]) -> int:
     return n
 
 
-def _lookup(n_vocab: int) -> LookupDrafter:
-    return LookupDrafter(n_vocab, ngram_max=LOOKUP_BANDS[-1], ngram_min=LOOKUP_BANDS[0])
-
-
 def ceiling_cost(prompt: list[int], answer: list[int], r, n_vocab: int) -> float:
     """Target steps (units of t1) that hindsight-perfect lookup needs for answer."""
-    lookup = _lookup(n_vocab)
+    lookup = auto_lookup(n_vocab)
     t, steps = 0, 0.0
     while t < len(answer):
         right = _right(lookup.find(prompt + answer[:t], K_MAX), answer[t:])
         # Cheapest per token among the lengths that are all right (a plain step costs 1 per token).
-        k, per_token = min(((k, r(k + 1) / (k + 1)) for k in range(right + 1)), key=lambda kp: kp[1])
+        k = min(range(right + 1), key=lambda k: r(k + 1) / (k + 1))
         lookup.observe(k, k)
         steps += r(k + 1)
         t += k + 1
@@ -52,7 +47,7 @@ def ceiling_cost(prompt: list[int], answer: list[int], r, n_vocab: int) -> float
 
 def replayed_cost(prompt: list[int], answer: list[int], calibration: Calibration, n_vocab: int) -> float:
     """Target steps (units of t1) that auto mode's policy, drafting by prompt lookup only, takes for answer."""
-    auto = AutoDrafter(calibration, _lookup(n_vocab), None)
+    auto = AutoDrafter(calibration, auto_lookup(n_vocab), None)
     t, steps = 0, 0.0
     while t < len(answer):
         drafts, _ = auto.propose(prompt + answer[:t], min(K_MAX, len(answer) - t), SamplingParams(), None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specchat.engine.adaptive import EXPLORE_SHARE, AcceptanceTracker, AutoDrafter
+from specchat.engine.adaptive import EXPLORE_SHARE, AcceptanceTracker, AutoDrafter, auto_lookup
 from specchat.engine.calibration import Calibration
 from specchat.engine.costmodel import (
     best_k,
@@ -14,7 +14,7 @@ from specchat.engine.costmodel import (
     interpolate_r,
     speedup,
 )
-from specchat.engine.drafters import LookupDrafter, ModelDrafter
+from specchat.engine.drafters import ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
 from specchat.engine.sampling import SamplingParams
 
@@ -68,19 +68,15 @@ def test_positions_never_drafted_borrow_what_the_later_positions_showed():
 
 
 def test_a_copy_resumes_after_an_edit_from_where_it_left_off():
-    drafter = LookupDrafter(100, ngram_max=4, ngram_min=2)
+    drafter = auto_lookup(100)
     # The input holds the pair (50, 51) twice; the output copies the second part, edits one token, goes on.
     prompt = [50, 51, 1, 2, 3] + [10, 11, 12, 13, 14, 50, 51, 15, 16, 17]
     assert drafter.find(prompt + [10, 11], 3) == [12, 13, 14]
     drafter.observe(3, 3)  # accepted; then the target inserted 99 before the copy went on with (50, 51)
     assert drafter.find(prompt + [10, 11, 12, 13, 14, 99, 50, 51], 3) == [15, 16, 17]
     assert drafter.resuming and drafter.match_len == 2
-    fresh = LookupDrafter(100, ngram_max=4, ngram_min=2)  # no copy before it: the earliest occurrence
+    fresh = auto_lookup(100)  # no copy before it: the earliest occurrence
     assert fresh.find(prompt + [7, 50, 51], 3) == [1, 2, 3] and not fresh.resuming
-
-
-def lookup() -> LookupDrafter:
-    return LookupDrafter(100, ngram_max=4, ngram_min=2)  # as auto mode builds it
 
 
 def judge(drafter: AutoDrafter, n_drafted: int, n_accepted: int) -> None:
@@ -89,7 +85,7 @@ def judge(drafter: AutoDrafter, n_drafted: int, n_accepted: int) -> None:
 
 
 def auto(r, c, k_max=8) -> AutoDrafter:
-    return AutoDrafter(Calibration(t1=0.07, r=r, c=c, key="test"), lookup(), None)
+    return AutoDrafter(Calibration(t1=0.07, r=r, c=c, key="test"), auto_lookup(100), None)
 
 
 def test_auto_uses_lookup_on_repeated_text_and_stops_when_it_fails():
@@ -149,7 +145,7 @@ def draft_model(tiny_model):
 
 @pytest.mark.models
 def test_live_costs_follow_the_steps_actually_measured(draft_model):
-    drafter = AutoDrafter(Calibration(0.1, CPU_R, 0.5, "k"), lookup(), ModelDrafter(draft_model, 100))
+    drafter = AutoDrafter(Calibration(0.1, CPU_R, 0.5, "k"), auto_lookup(100), ModelDrafter(draft_model, 100))
     assert drafter.r(4) == pytest.approx(2.49) and drafter.costs.c == pytest.approx(0.5)
     for _ in range(40):  # batches of 4 turn out to cost 3 steps, draft tokens a fifth of one
         drafter._last = (drafter.model_source, False)
@@ -166,7 +162,7 @@ def test_live_costs_follow_the_steps_actually_measured(draft_model):
 @pytest.mark.models
 def test_auto_explains_why_it_decodes_plainly(draft_model):
     decoded = draft_model.n_decoded
-    drafter = AutoDrafter(Calibration(0.07, CPU_R, 0.5, "k"), lookup(), ModelDrafter(draft_model, 100))
+    drafter = AutoDrafter(Calibration(0.07, CPU_R, 0.5, "k"), auto_lookup(100), ModelDrafter(draft_model, 100))
     tokens, _ = drafter.propose(list(range(10, 30)), 8, SamplingParams(), np.random.default_rng(0))
     assert tokens == []
     assert draft_model.n_decoded == decoded, "a draft model that cannot pay was asked for tokens"

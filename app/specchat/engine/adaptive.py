@@ -28,6 +28,11 @@ EXPLORE_SHARE = 0.02
 LOOKUP_BANDS = (2, 3, 4, 8)
 
 
+def auto_lookup(n_vocab: int) -> LookupDrafter:
+    """Prompt lookup as auto mode uses it: unigram matches are too often wrong to pay for a verify batch."""
+    return LookupDrafter(n_vocab, ngram_max=LOOKUP_BANDS[-1], ngram_min=LOOKUP_BANDS[0])
+
+
 def _band_name(n: int) -> str:
     i = LOOKUP_BANDS.index(n)
     if i == len(LOOKUP_BANDS) - 1:

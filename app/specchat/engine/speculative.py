@@ -16,7 +16,7 @@ import numpy as np
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from specchat.compat import check_pair
-from specchat.engine.adaptive import LOOKUP_BANDS, AutoDrafter, LiveCosts
+from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
 from specchat.engine.calibration import Calibration, load_or_measure
 from specchat.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
@@ -158,9 +158,7 @@ class Engine:
     def _new_auto_drafter(self, calibration: Calibration, costs: LiveCosts | None) -> AutoDrafter:
         n_vocab = self.target.n_vocab
         model = ModelDrafter(self.draft, n_vocab) if self.draft is not None else None
-        # Unigram matches are too often wrong to pay for a verify batch; they stay in plain lookup mode.
-        lookup = LookupDrafter(n_vocab, ngram_max=LOOKUP_BANDS[-1], ngram_min=LOOKUP_BANDS[0])
-        return AutoDrafter(calibration, lookup, model, costs)
+        return AutoDrafter(calibration, auto_lookup(n_vocab), model, costs)
 
     def generate_tokens(self, prompt: list[int], settings: GenerationSettings) -> Iterator[TokenEvent]:
         """Checks run now (fail fast); decoding starts at the first next()."""
