@@ -75,8 +75,8 @@ def load_suite(spec: str, categories: Sequence[str] | None = None) -> list[Suite
 
 
 def run_configs(modes: Sequence[str], ks: Sequence[int]) -> list[tuple[str, int]]:
-    """Plain decoding once (it drafts nothing, k = 0); every other mode at every draft length."""
-    return [(mode, 0) if mode == "plain" else (mode, k) for mode in modes for k in ([0] if mode == "plain" else ks)]
+    """Plain and auto once (k = 0: plain drafts nothing, auto picks its own lengths); the others at every k."""
+    return [(mode, k) for mode in modes for k in ([0] if mode in ("plain", "auto") else ks)]
 
 
 def benchmark(
@@ -192,7 +192,12 @@ def register(subparsers) -> None:
     p.add_argument(
         "--modes", type=_csv(str), default=modes, help=f"comma-separated, of {', '.join(MODES)} (default: all)"
     )
-    p.add_argument("--k", type=_csv(int), default=[1, 2, 4, 8], help="comma-separated draft lengths (default 1,2,4,8)")
+    p.add_argument(
+        "--k",
+        type=_csv(int),
+        default=[1, 2, 4, 8],
+        help="comma-separated draft lengths of speculative and lookup modes (default 1,2,4,8); auto picks its own",
+    )
     p.add_argument("--temperature", type=float, default=0.0, help="0 decodes greedily (default)")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)

@@ -46,7 +46,7 @@ def solve_alpha(tokens_per_iteration: float, k: int, tol: float = 1e-9) -> float
 
 
 def config_label(mode: str, k: int) -> str:
-    return mode if mode == "plain" else f"{mode} k={k}"
+    return f"{mode} k={k}" if k else mode
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ def _generate_parser(sub) -> None:
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the target's chat template")
     p.add_argument("--system", help="system prompt (with --chat)")
     p.add_argument("--mode", choices=MODES, default="speculative" if "auto" not in MODES else "auto")
-    p.add_argument("--k", type=int, default=4, help="draft length")
+    p.add_argument("--k", type=int, default=4, help="draft length of speculative and lookup modes (auto picks its own)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 decodes greedily")
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)

@@ -106,9 +106,8 @@ def compare(
 
     The yielded Comparison is live (the same object throughout). The caller holds engine.lock.
     """
-    comparison = Comparison(
-        runs=[Run("plain", 0), *(Run(mode, settings.k) for mode in modes)], greedy=settings.sampling.greedy
-    )
+    runs = [Run("plain", 0), *(Run(mode, 0 if mode == "auto" else settings.k) for mode in modes)]
+    comparison = Comparison(runs=runs, greedy=settings.sampling.greedy)
     previous_hook = engine.on_verify
 
     def record_plain_step(step: VerifyStep) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specchat.engine import Engine, GenerationSettings, VerifyStep
-from specchat.engine.calibration import Calibration, load_or_measure
+from specchat.engine.calibration import K_MAX, Calibration, load_or_measure
 
 CODE = "def area(w, h):\n    result = w * h\n    return result\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
 EDIT = [{"role": "user", "content": f"Rename the variable result to out in this code:\n{CODE}"}]
@@ -32,7 +32,7 @@ def run(engine, messages, **kw) -> tuple[list, list[tuple[str, VerifyStep]]]:
 def test_calibration_measures_once_and_is_cached(tiny):
     cal = tiny.calibration()
     assert cal.t1 > 0 and cal.c is not None and cal.c > 0
-    assert sorted(cal.r) == list(range(2, 10)) and all(v > 0 for v in cal.r.values())
+    assert sorted(cal.r) == list(range(2, K_MAX + 2)) and all(v > 0 for v in cal.r.values())
     files = list(tiny.cache_dir.glob("calibration-*.json"))
     assert len(files) == 1
     stamp = files[0].stat().st_mtime_ns
@@ -45,9 +45,9 @@ def test_calibration_measures_once_and_is_cached(tiny):
 def test_auto_drafts_with_the_model_where_drafts_are_cheap_and_stays_exact(tiny):
     real = tiny.calibration()
     # A GPU-like machine: batches cost about one step and the draft a tenth of one.
-    tiny._calibration = Calibration(real.t1, {n: 1.0 + 0.02 * n for n in range(2, 10)}, 0.1, real.key)
+    tiny._calibration = Calibration(real.t1, {n: 1.0 + 0.02 * n for n in range(2, K_MAX + 2)}, 0.1, real.key)
     try:
-        events, steps = run(tiny, [{"role": "user", "content": "Write a haiku about rain."}], k=6, max_tokens=40)
+        events, steps = run(tiny, [{"role": "user", "content": "Tell a short story about rain."}], max_tokens=100)
     finally:
         tiny._calibration = real
     by_model = [step for strategy, step in steps if strategy.startswith("draft model")]
@@ -61,7 +61,7 @@ def test_auto_drafts_with_the_model_where_drafts_are_cheap_and_stays_exact(tiny)
 def test_auto_decodes_plainly_when_drafts_cannot_pay_and_says_why(tiny):
     real = tiny.calibration()
     # A slow-batch machine: each extra token in a batch costs a full step and the draft as much again.
-    tiny._calibration = Calibration(real.t1, {n: float(n) for n in range(2, 10)}, 1.0, real.key)
+    tiny._calibration = Calibration(real.t1, {n: float(n) for n in range(2, K_MAX + 2)}, 1.0, real.key)
     draft_decoded = tiny.draft.n_decoded
     try:
         events, steps = run(tiny, [{"role": "user", "content": "Name three colors."}], max_tokens=24)
@@ -81,7 +81,7 @@ def test_auto_uses_prompt_lookup_when_the_answer_repeats_the_prompt(qwen_pair, t
     engine = Engine.load(*qwen_pair)
     engine.cache_dir = tmp_path
     try:
-        events, steps = run(engine, EDIT, k=8, max_tokens=80)
+        events, steps = run(engine, EDIT, max_tokens=80)
     finally:
         engine.close()
     stats = events[-1].stats

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specchat.engine.adaptive import EXPLORE_SHARE, AcceptanceTracker, AutoDrafter, auto_lookup
-from specchat.engine.calibration import Calibration
+from specchat.engine.adaptive import CHANCE_K_MAX, EXPLORE_SHARE, AcceptanceTracker, AutoDrafter, auto_lookup
+from specchat.engine.calibration import K_MAX, Calibration
 from specchat.engine.costmodel import (
     best_k,
     expected_tokens,
@@ -20,7 +20,10 @@ from specchat.engine.sampling import SamplingParams
 
 # design.md, measured on two EPYC cores: the Qwen2.5-Coder 1.5B target and its 0.5B draft.
 CPU_R = {2: 1.61, 3: 2.21, 4: 2.49, 5: 3.14, 9: 6.95}
-GPU_R = {n: 1.0 + 0.02 * (n - 1) for n in range(2, 10)}
+GPU_R = {n: 1.0 + 0.02 * (n - 1) for n in range(2, K_MAX + 2)}
+# Measured on two Xeon cores: llama.cpp takes a batch 4 or 16 tokens at a time, so 16 cost little more than 8.
+BLOCKY_R = {2: 1.68, 3: 2.11, 4: 1.73, 5: 2.19, 6: 2.99, 7: 3.35, 8: 3.4, 9: 3.8, 10: 4.44, 11: 4.9, 12: 4.3,
+            13: 5.4, 14: 5.4, 15: 5.3, 16: 4.3}
 
 
 def test_expected_tokens_matches_its_series():
@@ -84,7 +87,7 @@ def judge(drafter: AutoDrafter, n_drafted: int, n_accepted: int) -> None:
     drafter.observe(n_drafted, n_accepted, 0.0, drafter.costs.t1 * drafter.r(n_drafted + 1))
 
 
-def auto(r, c, k_max=8) -> AutoDrafter:
+def auto(r, c) -> AutoDrafter:
     return AutoDrafter(Calibration(t1=0.07, r=r, c=c, key="test"), auto_lookup(100), None)
 
 
@@ -114,6 +117,33 @@ def test_auto_trusts_a_short_match_where_a_copy_resumes_not_elsewhere():
     judge(drafter, len(tokens), 1)  # 14 accepted; the target then inserted 99 before going on with (50, 51)
     tokens, _ = drafter.propose(prompt + [10, 11, 12, 13, 14, 99, 50, 51], 8, SamplingParams(), rng)
     assert tokens[:3] == [15, 16, 17] and "copy resuming" in drafter.name
+
+
+def test_a_copy_in_progress_grows_its_drafts_to_the_cheap_long_batch():
+    rng = np.random.default_rng(0)
+    drafter = auto(BLOCKY_R, None)
+    source = list(range(10, 99))
+    out = source[:10]  # the answer copies its input
+    lengths = []
+    while len(out) < 70:
+        tokens, _ = drafter.propose(source + out, K_MAX, SamplingParams(), rng)
+        assert tokens == source[len(out) : len(out) + len(tokens)]
+        judge(drafter, len(tokens), len(tokens))
+        lengths.append(len(tokens))
+        out = source[: len(out) + len(tokens) + 1]
+    # First the cheapest short batch (r(4) = 1.73 for 4 tokens); once the copy has shown it goes on, 15 drafts
+    # (a batch of 16 at 4.3 steps) are worth more than 3, and far more than 7 (r(8) = 3.4).
+    assert lengths[0] == 3 and lengths[-1] == K_MAX and 7 not in lengths, lengths
+
+
+def test_a_likely_chance_repeat_drafts_short_even_where_batches_are_free():
+    rng = np.random.default_rng(0)
+    drafter = auto(GPU_R, None)
+    prompt = [50, 51, *range(60, 90)]
+    tokens, _ = drafter.propose(prompt + [7, 50, 51], K_MAX, SamplingParams(), rng)  # a 2-token match
+    assert tokens == list(range(60, 60 + CHANCE_K_MAX))
+    tokens, _ = drafter.propose(prompt + list(range(60, 70)), K_MAX, SamplingParams(), rng)  # a copy
+    assert len(tokens) > CHANCE_K_MAX and tokens == list(range(70, 70 + len(tokens)))
 
 
 def test_probes_where_drafts_never_pay_lose_at_most_the_exploration_share():

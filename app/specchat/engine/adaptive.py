@@ -26,6 +26,10 @@ EXPLORE_SHARE = 0.02
 # Bands of prompt-lookup match lengths (the shortest of each): 2 and 3 tokens are often chance repeats,
 # 4-7 a likely copy, 8 or more a copy in progress (90% of whose next tokens matched on the built-in suite).
 LOOKUP_BANDS = (2, 3, 4, 8)
+# The longest draft from a likely chance repeat (a 2- or 3-token match away from the latest copy). Its first token
+# was right 43% of the time on the built-in suite, and the few drafts that pass cannot show how far such a
+# copy goes on: long drafts there were bets on borrowed rates, each failure wasting up to r(16) - 1 steps.
+CHANCE_K_MAX = 8
 
 
 def auto_lookup(n_vocab: int) -> LookupDrafter:
@@ -123,8 +127,10 @@ class LiveCosts:
 class Source:
     """One way of drafting, with its acceptance and its cost per draft token in target steps."""
 
-    def __init__(self, name: str, cost: float, prior: float, later_prior: float | None = None):
-        self.name, self.cost = name, cost
+    def __init__(
+        self, name: str, cost: float, prior: float, later_prior: float | None = None, k_max: int = K_MAX
+    ):
+        self.name, self.cost, self.k_max = name, cost, k_max
         self.tracker = AcceptanceTracker(prior, later_prior)
         self.probe_loss_s = 0.0  # what probes of this source have lost against plain steps (less what they won)
 
@@ -166,7 +172,13 @@ class AutoDrafter(Drafter):
         # summaries repeat whole lines. Each band of match lengths learns its own acceptance. Once a copy's first
         # token is right, the next ones mostly are too (greedy on the built-in suite: 75-90%).
         self.lookup_sources = {
-            n: Source(f"prompt lookup ({_band_name(n)} match)", cost=0.0, prior=min(0.2 * n, 0.9), later_prior=0.8)
+            n: Source(
+                f"prompt lookup ({_band_name(n)} match)",
+                cost=0.0,
+                prior=min(0.2 * n, 0.9),
+                later_prior=0.8,
+                k_max=CHANCE_K_MAX if n < LOOKUP_BANDS[2] else K_MAX,
+            )
             for n in LOOKUP_BANDS
         }
         # A short match just past the latest accepted copy is that copy resuming after an edit, not a chance
@@ -209,6 +221,7 @@ class AutoDrafter(Drafter):
         return super().propose(context, k, params, rng)
 
     def _try(self, source: Source, k_max: int, min_gain: float, draft):
+        k_max = min(k_max, source.k_max)
         k, s = source.plan(self.r, k_max, min_gain)
         probing = k == 0
         if probing:

@@ -17,7 +17,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from specchat.compat import check_pair
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
-from specchat.engine.calibration import Calibration, load_or_measure
+from specchat.engine.calibration import K_MAX, Calibration, load_or_measure
 from specchat.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
 from specchat.engine.sampling import SamplingParams, probabilities
@@ -32,7 +32,7 @@ MODES = ("auto", "speculative", "lookup", "plain")
 @dataclass(frozen=True)
 class GenerationSettings:
     mode: str = "auto"  # one of MODES
-    k: int = 4  # draft length; in auto mode the most it may choose
+    k: int = 4  # draft length of speculative and lookup modes; auto chooses its own, step by step, up to K_MAX
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int | None = 0
     max_tokens: int = 256
@@ -173,6 +173,7 @@ class Engine:
         stats = self.last_stats = Stats(mode=settings.mode, strategy=drafter.name)
         text = TextStream(settings.stop)
         context = list(prompt)  # prompt + output; context[-1] is `last`
+        k_max = K_MAX if settings.mode == "auto" else settings.k
 
         n_before, t0 = target.n_decoded, time.perf_counter()
         if len(context) > 1:
@@ -202,7 +203,7 @@ class Engine:
                 # Never draft past max_tokens or the context: the last slot is the target's own token.
                 room = min(settings.max_tokens - stats.tokens, target.n_ctx - len(context)) - 1
                 t_draft = time.perf_counter()
-                drafts, p_draft = drafter.propose(context, min(settings.k, room), params, rng)
+                drafts, p_draft = drafter.propose(context, min(k_max, room), params, rng)
                 stats.strategy = drafter.name
                 t_verify = time.perf_counter()
                 logits = target.decode([context[-1], *drafts], all_logits=True)

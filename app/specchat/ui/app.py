@@ -418,7 +418,7 @@ def _settings_controls(s: Settings) -> dict[str, gr.components.Component]:
         "mode": gr.Radio(
             [(MODE_LABELS.get(m, m), m) for m in MODES], value=s.mode, label="Decoding", elem_id="sc-set-mode"
         ),
-        "k": slider("k", "Draft length", 1, "tokens drafted per verify step"),
+        "k": slider("k", "Draft length", 1, "per verify step, in speculative and lookup modes (auto picks its own)"),
         "temperature": slider("temperature", "Temperature", 0.05, "0 decodes greedily"),
         "top_k": slider("top_k", "Top-k", 1, "0: off"),
         "top_p": slider("top_p", "Top-p", 0.01, "1: off"),

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 import gradio as gr
 
 from specchat import plots
+from specchat.bench_report import config_label
 from specchat.compare import NEAR_TIE_LOGITS, Comparison, Run, compare
 from specchat.engine import Engine, GenerationSettings, SamplingParams
 from specchat.errors import SpecchatError
@@ -55,7 +56,7 @@ def _summary(comparison: Comparison, engine: Engine) -> str:
             elif not comparison.greedy:
                 where += " (sampling: each run draws its own random numbers, so texts may part anywhere)"
         lines.append(
-            f"| {run.mode} k={run.k} | {stats.tokens_per_s:.1f} | "
+            f"| {config_label(run.mode, run.k)} | {stats.tokens_per_s:.1f} | "
             f"{'-' if speedup is None else f'{speedup:.2f}x'} | {stats.acceptance_rate:.0%} | "
             f"{stats.mean_accepted:.2f} | {stats.strategy} | {html.escape(where).replace('|', '&#124;')} |"
         )
@@ -72,7 +73,7 @@ def _outputs(comparison: Comparison | None, status: str, summary: str = "", plot
 
 def _timeline_plot(comparison: Comparison):
     return plots.line_chart(
-        {f"{run.mode}" + (f" k={run.k}" if run.k else ""): run.timeline for run in comparison.runs},
+        {config_label(run.mode, run.k): run.timeline for run in comparison.runs},
         "Tokens generated over time",
         "seconds of generation",
         "tokens",
