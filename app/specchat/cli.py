@@ -86,6 +86,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     )
     target, draft = resolve_models(args)
     engine = Engine.load(target, draft if args.mode != "plain" else None, backend_config(args))
+    if args.mode == "auto":
+        engine.calibration(lambda: print("auto: timing this machine's decoding (once per setup)…", file=sys.stderr))
     if args.chat:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
             {"role": "user", "content": prompt}

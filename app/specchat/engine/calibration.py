@@ -7,6 +7,7 @@ import json
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -57,37 +58,51 @@ def setup_key(target: LlamaModel, draft: LlamaModel | None) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _median_decode_s(model: LlamaModel, tokens: list[int], repeats: int) -> float:
+def _decode_s(model: LlamaModel, tokens: list[int]) -> float:
     base = model.n_past
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        model.decode(tokens, all_logits=True)  # as verification does: logits for every position
-        times.append(time.perf_counter() - t0)
-        model.rollback(base)
-    return statistics.median(times)
+    t0 = time.perf_counter()
+    model.decode(tokens, all_logits=True)  # as verification does: logits for every position
+    elapsed = time.perf_counter() - t0
+    model.rollback(base)
+    return elapsed
 
 
-def measure(target: LlamaModel, draft: LlamaModel | None, repeats: int = 3) -> Calibration:
+def measure(target: LlamaModel, draft: LlamaModel | None, rounds: int = 4) -> Calibration:
+    """Each round times a target step, a draft step and every batch size back to back, and each ratio is the median
+    over rounds: the machine's speed drifts with other work, so only times taken together make sound ratios (and
+    batches of mixed sizes, as in real decoding, not the same batch over and over)."""
     context = target.tokenize(_CONTEXT)
     probe = context[: K_MAX + 1]
-    timings: dict[int, float] = {}
-    target.eval_prefix(context)
-    _median_decode_s(target, probe[:1], 1)  # warm-up: first decodes pay for allocations
-    for n in range(1, K_MAX + 2):
-        timings[n] = _median_decode_s(target, probe[:n], repeats)
-    t1 = timings[1]
-    c = None
-    if draft is not None:
-        draft.eval_prefix(context)
-        _median_decode_s(draft, probe[:1], 1)
-        c = _median_decode_s(draft, probe[:1], repeats * 2) / t1
+    for model in (target, draft):
+        if model is not None:
+            model.eval_prefix(context)
+            _decode_s(model, probe[:1])  # warm-up: first decodes pay for allocations
+    t1s: list[float] = []
+    cs: list[float] = []
+    ratios: dict[int, list[float]] = {n: [] for n in range(2, K_MAX + 2)}
+    for _ in range(rounds):
+        t1 = _decode_s(target, probe[:1])
+        t1s.append(t1)
+        if draft is not None:
+            cs.append(_decode_s(draft, probe[:1]) / t1)
+        for n, measured in ratios.items():
+            measured.append(_decode_s(target, probe[:n]) / t1)
+    median = statistics.median
     return Calibration(
-        t1=t1, r={n: t / t1 for n, t in timings.items() if n > 1}, c=c, key=setup_key(target, draft)
+        t1=median(t1s),
+        r={n: median(measured) for n, measured in ratios.items()},
+        c=median(cs) if cs else None,
+        key=setup_key(target, draft),
     )
 
 
-def load_or_measure(target: LlamaModel, draft: LlamaModel | None, cache_dir: Path | None) -> Calibration:
+def load_or_measure(
+    target: LlamaModel,
+    draft: LlamaModel | None,
+    cache_dir: Path | None,
+    on_measure: Callable[[], None] | None = None,
+) -> Calibration:
+    """The cached calibration for this setup, else a new measurement (on_measure is told first: it takes seconds)."""
     key = setup_key(target, draft)
     path = cache_dir / f"calibration-{key}.json" if cache_dir is not None else None
     if path is not None and path.is_file():
@@ -97,6 +112,8 @@ def load_or_measure(target: LlamaModel, draft: LlamaModel | None, cache_dir: Pat
                 return cal
         except (ValueError, KeyError):
             pass  # an unreadable cache is measured again
+    if on_measure is not None:
+        on_measure()
     cal = measure(target, draft)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)

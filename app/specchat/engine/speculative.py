@@ -118,12 +118,15 @@ class Engine:
 
     # The loop
 
-    def calibration(self) -> Calibration:
-        """This machine's costs for this pair (measured once, then read from cache_dir)."""
+    def calibration(self, on_measure: Callable[[], None] | None = None) -> Calibration:
+        """This machine's costs for this pair (measured once, then read from cache_dir).
+
+        on_measure is called before a measurement, which takes some seconds (not when the cache has one).
+        """
         if self._calibration is None:  # measuring decodes: callers sharing the engine hold `lock`, as to generate
             from specchat.catalog import cache_dir
 
-            self._calibration = load_or_measure(self.target, self.draft, self.cache_dir or cache_dir())
+            self._calibration = load_or_measure(self.target, self.draft, self.cache_dir or cache_dir(), on_measure)
         return self._calibration
 
     def drafter(self, mode: str, prompt: Sequence[int] = ()) -> Drafter:

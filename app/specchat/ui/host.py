@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specchat.engine import BackendConfig, Engine
@@ -59,13 +59,16 @@ class EngineHost:
             with old.lock:
                 self.engine = None
                 old.close()
+        engine = None
         try:
             engine = Engine.load(target, draft, config)
-        except SpecchatError as e:
-            self._finish("error", f"Could not load the model: {e}", target, draft)
-            return
+            # auto mode (the default) needs this machine's costs: measure them now, not in the first answer.
+            engine.calibration(lambda: self._progress("Timing the models on this machine for auto mode (once)…"))
         except Exception as e:  # a load thread that died silently would leave the app "loading" forever
-            self._finish("error", f"Could not load the model: {type(e).__name__}: {e}", target, draft)
+            if engine is not None:
+                engine.close()
+            reason = e if isinstance(e, SpecchatError) else f"{type(e).__name__}: {e}"
+            self._finish("error", f"Could not load the model: {reason}", target, draft)
             return
         self.engine = engine
         names = engine.target.name + (f" + {engine.draft.name} (draft)" if engine.draft else " (no draft model)")
@@ -75,6 +78,10 @@ class EngineHost:
         if config.n_gpu_layers:
             setup += ", all layers on the GPU" if config.n_gpu_layers < 0 else f", {config.n_gpu_layers} GPU layers"
         self._finish("ready", f"Ready: {names} · {setup}", target, draft)
+
+    def _progress(self, message: str) -> None:
+        with self._guard:
+            self._status = replace(self._status, message=message)
 
     def _finish(self, state: str, message: str, target: Path, draft: Path | None) -> None:
         with self._guard:
