@@ -1,6 +1,7 @@
 """How much of a verify step is Python? Profiles one generation and splits its time.
 
     python benchmarks/profile_loop.py TARGET.gguf DRAFT.gguf [--mode speculative] [--k 4] [--temperature 0]
+        [--prompt-id summarize-1]  (a prompt of the built-in suite instead of the default one)
 
 Prints the time inside llama.cpp's decode calls, the Python side of the loop (everything else between the
 first and last token), and the heaviest Python functions.
@@ -13,6 +14,7 @@ import cProfile
 import pstats
 import time
 
+from specchat.bench import BUILTIN, load_suite
 from specchat.engine import Engine, GenerationSettings, SamplingParams
 
 PROMPT = [{"role": "user", "content": "Write a Python function that parses an ISO 8601 date without libraries."}]
@@ -26,13 +28,19 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--prompt-id", help="a built-in suite prompt, e.g. summarize-1 (long prompt-lookup drafts)")
     args = ap.parse_args()
+    messages = PROMPT
+    if args.prompt_id:
+        messages = next((item.messages for item in load_suite(BUILTIN) if item.id == args.prompt_id), None)
+        if messages is None:
+            ap.error(f"no prompt {args.prompt_id!r} in the built-in suite")
     engine = Engine.load(args.target, args.draft)
     settings = GenerationSettings(
         mode=args.mode, k=args.k, sampling=SamplingParams(args.temperature), max_tokens=args.max_tokens
     )
-    list(engine.chat(PROMPT, GenerationSettings(mode="plain", max_tokens=4)))  # warm-up
-    events = engine.chat(PROMPT, settings)
+    list(engine.chat(messages, GenerationSettings(mode="plain", max_tokens=4)))  # warm-up
+    events = engine.chat(messages, settings)
     stats = next(events).stats  # the prompt and the first step stay outside the profile
     steps_before = stats.iterations
     profile = cProfile.Profile()
@@ -47,7 +55,8 @@ def main() -> None:
     # The C call shows up as llama_cpp._internals' LlamaContext.decode, which does nothing else around it.
     decode = sum(v[2] for k, v in ps.stats.items() if k[0].endswith("_internals.py") and k[2] == "decode")
     python = wall - decode
-    print(f"mode={args.mode} k={args.k} T={args.temperature}: {stats.tokens} tokens, {stats.iterations} verify steps")
+    mode = args.mode if args.mode == "auto" else f"{args.mode} k={args.k}"  # auto picks its own lengths
+    print(f"mode={mode} T={args.temperature}: {stats.tokens} tokens, {stats.iterations} verify steps")
     print(
         f"profiled {wall:.3f}s: llama_decode {decode:.3f}s, Python side {python:.3f}s = {python / wall:.1%} "
         f"({1000 * python / steps:.2f} ms per verify step, profiler overhead included)"

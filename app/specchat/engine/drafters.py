@@ -140,4 +140,4 @@ class LookupDrafter(Drafter):
         tokens = self.find(context, k) if k > 0 else []
         if not tokens:
             return super().propose(context, k, params, rng)
-        return tokens, np.stack([one_hot(t, self.n_vocab) for t in tokens])
+        return tokens, one_hot(tokens, self.n_vocab)

@@ -6,6 +6,7 @@ at the argmax, so the same acceptance code serves both.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,16 +32,17 @@ class SamplingParams:
             raise ValueError(f"invalid sampling parameters: {self}")
 
 
-def one_hot(token: int, n_vocab: int) -> np.ndarray:
-    p = np.zeros(n_vocab, dtype=np.float32)
-    p[token] = 1.0
-    return p
+def one_hot(tokens: Sequence[int], n_vocab: int) -> np.ndarray:
+    """(len(tokens), n_vocab) rows, each all zeros but a one at its token: one allocation for a whole draft."""
+    rows = np.zeros((len(tokens), n_vocab), dtype=np.float32)
+    rows[np.arange(len(tokens)), tokens] = 1.0
+    return rows
 
 
 def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """float32 probabilities over the vocabulary for one position."""
     if params.greedy:
-        return one_hot(int(np.argmax(logits)), logits.shape[-1])
+        return one_hot([int(np.argmax(logits))], logits.shape[-1])[0]
     p = logits.astype(np.float32) / np.float32(params.temperature)
     p -= p.max()
     np.exp(p, out=p)  # in place: this runs for every row of every verify step
@@ -51,6 +53,13 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
         mask[keep] = p[keep]
         p = mask / mask.sum(dtype=np.float64)
     return p
+
+
+def probability_rows(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """probabilities() of every row of (n, V) logits, greedy rows without a copy each (a verify step has up to 16)."""
+    if params.greedy:
+        return one_hot(logits.argmax(axis=1).tolist(), logits.shape[-1])
+    return np.stack([probabilities(row, params) for row in logits])
 
 
 def _support(p: np.ndarray, params: SamplingParams) -> np.ndarray | None:

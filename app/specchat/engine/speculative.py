@@ -20,7 +20,7 @@ from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
 from specchat.engine.calibration import K_MAX, Calibration, load_or_measure
 from specchat.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
-from specchat.engine.sampling import SamplingParams, probabilities
+from specchat.engine.sampling import SamplingParams, probability_rows
 from specchat.engine.stats import Stats
 from specchat.engine.text import TextStream
 from specchat.engine.verify import verify
@@ -211,7 +211,7 @@ class Engine:
                 t_verify = time.perf_counter()
                 logits = target.decode([context[-1], *drafts], all_logits=True)
                 t_sample = time.perf_counter()
-                p_target = np.stack([probabilities(row, params) for row in logits])
+                p_target = probability_rows(logits, params)
                 n_acc, next_token = verify(drafts, p_draft, p_target, rng, greedy=params.greedy)
                 target.rollback(len(context) + n_acc)
                 drafter.observe(len(drafts), n_acc, t_verify - t_draft, t_sample - t_verify)
