@@ -15,7 +15,8 @@ import pstats
 import time
 
 from specchat.bench import BUILTIN, load_suite
-from specchat.engine import Engine, GenerationSettings, SamplingParams
+from specchat.bench_report import config_label
+from specchat.engine import FIXED_K_MODES, Engine, GenerationSettings, SamplingParams
 
 PROMPT = [{"role": "user", "content": "Write a Python function that parses an ISO 8601 date without libraries."}]
 
@@ -55,7 +56,7 @@ def main() -> None:
     # The C call shows up as llama_cpp._internals' LlamaContext.decode, which does nothing else around it.
     decode = sum(v[2] for k, v in ps.stats.items() if k[0].endswith("_internals.py") and k[2] == "decode")
     python = wall - decode
-    mode = args.mode if args.mode == "auto" else f"{args.mode} k={args.k}"  # auto picks its own lengths
+    mode = config_label(args.mode, args.k if args.mode in FIXED_K_MODES else 0)
     print(f"mode={mode} T={args.temperature}: {stats.tokens} tokens, {stats.iterations} verify steps")
     print(
         f"profiled {wall:.3f}s: llama_decode {decode:.3f}s, Python side {python:.3f}s = {python / wall:.1%} "

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from specchat import __version__
 from specchat.bench_report import build_report, config_label, write_report
+from specchat.engine import FIXED_K_MODES
 from specchat.errors import SpecchatError
 
 if TYPE_CHECKING:
@@ -75,8 +76,8 @@ def load_suite(spec: str, categories: Sequence[str] | None = None) -> list[Suite
 
 
 def run_configs(modes: Sequence[str], ks: Sequence[int]) -> list[tuple[str, int]]:
-    """Plain and auto once (k = 0: plain drafts nothing, auto picks its own lengths); the others at every k."""
-    return [(mode, k) for mode in modes for k in ([0] if mode in ("plain", "auto") else ks)]
+    """The fixed-k modes at every draft length; plain and auto once (k = 0: they do not take one)."""
+    return [(mode, k) for mode in modes for k in (ks if mode in FIXED_K_MODES else [0])]
 
 
 def benchmark(

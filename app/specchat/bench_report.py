@@ -14,11 +14,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from specchat import plots
-from specchat.engine import costmodel
+from specchat.engine import FIXED_K_MODES, costmodel
 
 ALL = "all"  # the category row that pools every prompt
-# Modes that draft from one source at the asked k, so one alpha describes them (auto picks sources and lengths).
-FIXED_K_MODES = ("speculative", "lookup")
 
 
 def median(values: Iterable[float]) -> float:
@@ -135,7 +133,7 @@ def summarize(runs: Sequence[dict], fit: CostFit | None) -> list[dict]:
             ]
             tokens_per_iteration = tokens / iterations if iterations else 0.0
             # Accepted drafts + 1 per step, not emitted tokens: a run that ends mid-draft would understate E.
-            fixed_k = drafted and mode in FIXED_K_MODES
+            fixed_k = drafted and mode in FIXED_K_MODES  # one source at one k: one alpha describes it
             alpha = solve_alpha(1 + accepted / iterations, k) if fixed_k else None
             predicted = fit.predicted_speedup(mode, group) if fit and drafted else None
             rows.append(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from specchat.engine import Engine, GenerationSettings, Stats, VerifyStep
+from specchat.engine import FIXED_K_MODES, Engine, GenerationSettings, Stats, VerifyStep
 
 # Largest top-2 logit margin still called a near-tie: batch-shape differences move logits by less than this.
 NEAR_TIE_LOGITS = 0.25
@@ -106,7 +106,7 @@ def compare(
 
     The yielded Comparison is live (the same object throughout). The caller holds engine.lock.
     """
-    runs = [Run("plain", 0), *(Run(mode, 0 if mode == "auto" else settings.k) for mode in modes)]
+    runs = [Run("plain", 0), *(Run(mode, settings.k if mode in FIXED_K_MODES else 0) for mode in modes)]
     comparison = Comparison(runs=runs, greedy=settings.sampling.greedy)
     previous_hook = engine.on_verify
 

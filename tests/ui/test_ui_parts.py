@@ -190,9 +190,12 @@ def test_the_line_serves_requests_in_arrival_order():
     assert host.place(third, 0) == 0
 
 
-def _messages_until_loaded(host: EngineHost) -> list[str]:
-    seen = [host.status().message]
+def _messages_until_loaded(host: EngineHost, timeout: float = 120) -> list[str]:
+    """Every message the banner shows while a load runs (polled fast: some last only a second)."""
+    seen, deadline = [host.status().message], time.monotonic() + timeout
     while (status := host.status()).state == "loading":
+        if time.monotonic() > deadline:
+            pytest.fail(f"still loading after {timeout} s: {seen}")
         if status.message != seen[-1]:
             seen.append(status.message)
         time.sleep(0.002)

@@ -2,10 +2,11 @@
 
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
 from specchat.engine.sampling import SamplingParams
-from specchat.engine.speculative import MODES, Engine, GenerationSettings, TokenEvent, VerifyStep
+from specchat.engine.speculative import FIXED_K_MODES, MODES, Engine, GenerationSettings, TokenEvent, VerifyStep
 from specchat.engine.stats import Stats
 
 __all__ = [
+    "FIXED_K_MODES",
     "MODES",
     "BackendConfig",
     "Engine",

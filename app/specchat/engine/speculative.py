@@ -27,6 +27,8 @@ from specchat.engine.verify import verify
 from specchat.errors import IncompatibleModelsError, SpecchatError
 
 MODES = ("auto", "speculative", "lookup", "plain")
+# Modes that draft the asked k every step; auto picks its own length (up to K_MAX), plain drafts nothing.
+FIXED_K_MODES = ("speculative", "lookup")
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ class Engine:
         stats = self.last_stats = Stats(mode=settings.mode, strategy=drafter.name)
         text = TextStream(settings.stop)
         context = list(prompt)  # prompt + output; context[-1] is `last`
-        k_max = K_MAX if settings.mode == "auto" else settings.k
+        k_max = settings.k if settings.mode in FIXED_K_MODES else K_MAX
 
         n_before, t0 = target.n_decoded, time.perf_counter()
         if len(context) > 1:
