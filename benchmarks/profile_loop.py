@@ -16,6 +16,7 @@ import time
 
 from specchat.bench import BUILTIN, load_suite
 from specchat.bench_report import config_label
+from specchat.catalog import cache_dir
 from specchat.engine import FIXED_K_MODES, Engine, GenerationSettings, SamplingParams
 
 PROMPT = [{"role": "user", "content": "Write a Python function that parses an ISO 8601 date without libraries."}]
@@ -36,7 +37,7 @@ def main() -> None:
         messages = next((item.messages for item in load_suite(BUILTIN) if item.id == args.prompt_id), None)
         if messages is None:
             ap.error(f"no prompt {args.prompt_id!r} in the built-in suite")
-    engine = Engine.load(args.target, args.draft)
+    engine = Engine.load(args.target, args.draft, cpu_copy_dir=cache_dir())  # the draft as the app runs it
     settings = GenerationSettings(
         mode=args.mode, k=args.k, sampling=SamplingParams(args.temperature), max_tokens=args.max_tokens
     )

@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 
-def specchat(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+def specchat(*args: str, stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "specchat", *args], capture_output=True, text=True, input=stdin, timeout=600
+        [sys.executable, "-m", "specchat", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=600,
+        env={**os.environ, **(env or {})},
     )
 
 
 def test_generate_json_reports_text_tokens_spans_and_stats(tiny_model):
     run = specchat(
-        "generate", "--target", str(tiny_model), "--draft", str(tiny_model), "--chat", "--mode", "speculative",
-        "--k", "3", "--max-tokens", "24", "--prompt", "Write a haiku about the sea.", "--json",
+        "generate", "--target", str(tiny_model), "--draft", str(tiny_model), "--draft-as-is", "--chat",
+        "--mode", "speculative", "--k", "3", "--max-tokens", "24", "--prompt", "Write a haiku about the sea.", "--json",
     )
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
@@ -27,6 +34,22 @@ def test_generate_json_reports_text_tokens_spans_and_stats(tiny_model):
         assert key in out["stats"]
     assert out["stats"]["drafted"] > 0 and out["stats"]["acceptance_rate"] == 1.0
     assert run.stderr == ""  # llama.cpp's chatter stays silent
+
+
+def test_generate_drafts_with_a_cpu_copy_of_the_draft_made_once(tiny_model, tmp_path):
+    home = tmp_path / "home"
+    args = ["generate", "--target", str(tiny_model), "--draft", str(tiny_model), "--mode", "speculative",
+            "--max-tokens", "8", "--prompt", "The capital of France is", "--json"]
+    first = specchat(*args, env={"SPECCHAT_HOME": str(home)})
+    assert first.returncode == 0, first.stderr
+    assert first.stderr == "Making a Q4_0 copy of the draft for this CPU and timing it (once)…\n"
+    assert json.loads(first.stdout)["stats"]["drafted"] > 0
+    (choice,) = (home / "cache").glob("draft-choice-*.json")
+    used = json.loads(choice.read_text())["path"]
+    # Kept where it drafts faster than the file, deleted where it does not.
+    assert list((home / "cache").glob("*.q4_0.gguf")) == ([Path(used)] if used != str(tiny_model) else [])
+    again = specchat(*args, env={"SPECCHAT_HOME": str(home)})
+    assert again.returncode == 0 and again.stderr == ""  # measured once, per machine
 
 
 def test_generate_streams_plain_text_and_reads_stdin(tiny_model):

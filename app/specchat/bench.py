@@ -208,7 +208,7 @@ def register(subparsers) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from specchat.cli import backend_config, resolve_models
+    from specchat.cli import backend_config, cpu_copy_dir, print_progress, resolve_models
     from specchat.engine import MODES, Engine, GenerationSettings, SamplingParams
 
     unknown = [mode for mode in args.modes if mode not in MODES]
@@ -224,7 +224,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     started = dt.datetime.now().astimezone()
     out = args.out or Path("bench-out") / started.strftime("%Y%m%d-%H%M%S")
 
-    engine = Engine.load(target, draft, backend_config(args))
+    engine = Engine.load(target, draft, backend_config(args), cpu_copy_dir(args), print_progress)
     try:
         # Fail before any timing (e.g. speculative without a draft model); auto calibrates here, untimed.
         for mode in args.modes:
@@ -235,12 +235,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 mode=mode, k=k, sampling=sampling, seed=args.seed + repeat, max_tokens=args.max_tokens
             )
 
-        def progress(line: str) -> None:
-            print(line, file=sys.stderr, flush=True)
-
         configs = run_configs(args.modes, args.k)
-        progress(f"{len(items)} prompts x {len(configs)} configs x {args.repeats} repeats; warming up")
-        records = benchmark(engine, items, configs, make_settings, args.repeats, progress)
+        print_progress(f"{len(items)} prompts x {len(configs)} configs x {args.repeats} repeats; warming up")
+        records = benchmark(engine, items, configs, make_settings, args.repeats, print_progress)
         meta = {
             "auto_calibration": asdict(engine.calibration()) if "auto" in args.modes else None,
             "version": __version__,
@@ -249,6 +246,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             "machine": machine_info(engine),
             "models": {"target": model_info(engine.target)}
             | ({"draft": model_info(engine.draft)} if engine.draft else {}),
+            "draft_note": engine.draft_note,
             "settings": {
                 "suite": args.suite,
                 "prompts": len(items),

@@ -198,6 +198,8 @@ def render_markdown(report: dict, plot_files: Sequence[str]) -> str:
             f"| {role} | {model['file']} | {model['name']} | {model['quantization']} | "
             f"{model['size_bytes'] / 2**20:.0f} MiB |"
         )
+    if report.get("draft_note"):
+        lines += ["", f"The draft: {report['draft_note']}."]
     lines += [
         "",
         "## Settings",

@@ -23,6 +23,11 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     p.add_argument("--n-ctx", type=int, default=4096, help="context length in tokens (default 4096)")
     p.add_argument("--gpu-layers", type=int, default=0, help="layers to offload to the GPU (-1: all)")
+    p.add_argument(
+        "--draft-as-is",
+        action="store_true",
+        help="draft with the draft file itself, never with a copy re-quantized for the CPU (made when it is faster)",
+    )
 
 
 def resolve_models(args: argparse.Namespace) -> tuple[Path, Path | None]:
@@ -44,6 +49,17 @@ def resolve_models(args: argparse.Namespace) -> tuple[Path, Path | None]:
             "with the default pair's name (see `specchat models list`), or pass --target PATH"
         )
     return default
+
+
+def cpu_copy_dir(args: argparse.Namespace) -> Path | None:
+    """Where Engine.load may keep a CPU copy of the draft (None: --draft-as-is)."""
+    from specchat import catalog
+
+    return None if args.draft_as_is else catalog.cache_dir()
+
+
+def print_progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def backend_config(args: argparse.Namespace):
@@ -85,9 +101,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         mode=args.mode, k=args.k, sampling=sampling, seed=args.seed, max_tokens=args.max_tokens, stop=tuple(args.stop)
     )
     target, draft = resolve_models(args)
-    engine = Engine.load(target, draft if args.mode != "plain" else None, backend_config(args))
+    draft = draft if args.mode != "plain" else None
+    engine = Engine.load(target, draft, backend_config(args), cpu_copy_dir(args), print_progress)
     if args.mode == "auto":
-        engine.calibration(lambda: print("auto: timing this machine's decoding (once per setup)…", file=sys.stderr))
+        engine.calibration(lambda: print_progress("auto: timing this machine's decoding (once per setup)…"))
     if args.chat:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
             {"role": "user", "content": prompt}

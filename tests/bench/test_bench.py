@@ -21,8 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 SPEC_BENCH_KINDS = {"multi_turn", "translation", "summarization", "qa", "math_reasoning", "rag"}
 
 
-def specchat(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "app")}
+def specchat(*args: str, cwd: Path | None = None, home: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "app")} | ({"SPECCHAT_HOME": str(home)} if home else {})
     return subprocess.run(
         [sys.executable, "-m", "specchat", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=900
     )
@@ -150,7 +150,7 @@ def test_bad_suite_line_names_file_and_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def bench_run(tiny_model, tmp_path_factory):
-    """One real `specchat bench` with SmolLM2 drafting for itself on a three-prompt suite."""
+    """One real `specchat bench` with SmolLM2 drafting for itself (the file as it is) on a three-prompt suite."""
     tmp = tmp_path_factory.mktemp("bench")
     suite = tmp / "tiny.jsonl"
     suite.write_text(
@@ -172,9 +172,9 @@ def bench_run(tiny_model, tmp_path_factory):
         )
     )
     out = tmp / "out"
-    args = ["--target", str(tiny_model), "--draft", str(tiny_model), "--suite", str(suite)]
+    args = ["--target", str(tiny_model), "--draft", str(tiny_model), "--draft-as-is", "--suite", str(suite)]
     args += ["--modes", "plain,speculative,lookup", "--k", "2,3", "--max-tokens", "24", "--repeats", "2"]
-    run = specchat("bench", *args, "--threads", "2", "--out", str(out))
+    run = specchat("bench", *args, "--threads", "2", "--out", str(out), home=tmp / "home")
     assert run.returncode == 0, run.stderr[-3000:]
     return run, out, json.loads((out / "report.json").read_text())
 
@@ -202,6 +202,7 @@ def test_report_json_keeps_machine_models_and_every_raw_timing(bench_run):
     machine = report["machine"]
     assert machine["cpu"] and machine["cores"] >= 1 and machine["threads"] == 2
     assert "CPU" in machine["system_info"] and machine["llama_cpp_python"] == "0.3.36"
+    assert report["draft_note"] is None  # --draft-as-is: no CPU copy was considered
     for role in ("target", "draft"):
         model = report["models"][role]
         assert model["quantization"] == "Q4_1" and model["size_bytes"] > 50_000_000

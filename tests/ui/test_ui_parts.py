@@ -210,12 +210,15 @@ def test_loading_reports_ready_or_the_reason(tiny_model, qwen_pair, tmp_path, mo
     messages = _messages_until_loaded(host)
     status = host.status()
     assert status.state == "ready" and host.engine is not None, status.message
-    # auto mode's timing of this machine is part of loading, said while it runs, and kept for the next load.
+    # The CPU copy of the draft and auto mode's timing of this machine are part of loading, said while they run,
+    # and kept for the next load; the banner says when the copy drafts.
+    assert any(m.startswith("Making a Q4_0 copy of the draft") for m in messages), messages
     assert any(m.startswith("Timing the models") for m in messages), messages
+    assert ("re-quantized for this CPU" in status.message) == (host.engine.draft.path != tiny_model)
     (calibration,) = (tmp_path / "cache").glob("calibration-*.json")
     stamp = calibration.stat().st_mtime_ns
     host.load(tiny_model, tiny_model, _config())
-    assert not any(m.startswith("Timing") for m in _messages_until_loaded(host))
+    assert not any(m.startswith(("Timing", "Making")) for m in _messages_until_loaded(host))
     assert host.status().state == "ready" and calibration.stat().st_mtime_ns == stamp
     host.load(qwen_pair[0], tiny_model, _config())
     status = host.wait_loaded(120)

@@ -58,7 +58,7 @@ def setup_key(target: LlamaModel, draft: LlamaModel | None) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def _decode_s(model: LlamaModel, tokens: list[int]) -> float:
+def decode_seconds(model: LlamaModel, tokens: list[int]) -> float:
     base = model.n_past
     t0 = time.perf_counter()
     model.decode(tokens, all_logits=True)  # as verification does: logits for every position
@@ -76,17 +76,17 @@ def measure(target: LlamaModel, draft: LlamaModel | None, rounds: int = 4) -> Ca
     for model in (target, draft):
         if model is not None:
             model.eval_prefix(context)
-            _decode_s(model, probe[:1])  # warm-up: first decodes pay for allocations
+            decode_seconds(model, probe[:1])  # warm-up: first decodes pay for allocations
     t1s: list[float] = []
     cs: list[float] = []
     ratios: dict[int, list[float]] = {n: [] for n in range(2, K_MAX + 2)}
     for _ in range(rounds):
-        t1 = _decode_s(target, probe[:1])
+        t1 = decode_seconds(target, probe[:1])
         t1s.append(t1)
         if draft is not None:
-            cs.append(_decode_s(draft, probe[:1]) / t1)
+            cs.append(decode_seconds(draft, probe[:1]) / t1)
         for n, measured in ratios.items():
-            measured.append(_decode_s(target, probe[:n]) / t1)
+            measured.append(decode_seconds(target, probe[:n]) / t1)
     median = statistics.median
     return Calibration(
         t1=median(t1s),

@@ -18,6 +18,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from specchat.compat import check_pair
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
 from specchat.engine.calibration import K_MAX, Calibration, load_or_measure
+from specchat.engine.draft_copy import choose_draft
 from specchat.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
 from specchat.engine.sampling import SamplingParams, probability_rows
@@ -73,20 +74,39 @@ class Engine:
         self._calibration: Calibration | None = None
         self._auto: AutoDrafter | None = None  # auto mode's learning, kept for the conversation it came from
         self._auto_prompt: list[int] = []
+        self.draft_note: str | None = None  # how the draft runs, when Engine.load chose between it and a CPU copy
 
     @classmethod
     def load(
-        cls, target_path: str | Path, draft_path: str | Path | None = None, config: BackendConfig = BackendConfig()
+        cls,
+        target_path: str | Path,
+        draft_path: str | Path | None = None,
+        config: BackendConfig = BackendConfig(),
+        cpu_copy_dir: Path | None = None,
+        on_progress: Callable[[str], None] | None = None,
     ) -> Engine:
+        """cpu_copy_dir: where a copy of the draft re-quantized for the CPU may be made and kept, to draft with
+        when it measures faster (draft_copy.py); None, or a draft on the GPU: the draft file as it is.
+        on_progress hears of that work, which takes seconds the first time."""
+        note = None
         if draft_path is not None:
             compat = check_pair(target_path, draft_path)  # headers only: refuse before loading weights
             if not compat.ok:
                 raise IncompatibleModelsError(
                     f"{Path(draft_path).name} cannot draft for {Path(target_path).name}: {compat}"
                 )
+            if cpu_copy_dir is not None and config.n_gpu_layers == 0:
+                file = Path(draft_path)
+                try:
+                    choice = choose_draft(file, config, cpu_copy_dir, on_progress)
+                    draft_path, note = choice.path, choice.describe(file)
+                except (SpecchatError, OSError) as e:  # a faster copy is a bonus: the file still drafts
+                    note = f"drafting with {file.name} as it is (no CPU copy: {e})"
         target = LlamaModel(target_path, config)
         draft = LlamaModel(draft_path, config) if draft_path is not None else None
-        return cls(target, draft)
+        engine = cls(target, draft)
+        engine.draft_note = note
+        return engine
 
     def close(self) -> None:
         for model in (self.target, self.draft):

@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     """Serve the app until interrupted."""
     overrides = {name: getattr(args, name) for name in ("threads", "gpu_layers") if getattr(args, name) is not None}
-    host = EngineHost()
+    host = EngineHost(draft_as_is=args.draft_as_is)
     try:
         chosen = chosen_models(args)
     except catalog.NotInstalledError as e:

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from specchat.catalog import cache_dir
 from specchat.engine import BackendConfig, Engine
 from specchat.errors import SpecchatError
 
@@ -21,7 +22,9 @@ class HostStatus:
 
 
 class EngineHost:
-    def __init__(self) -> None:
+    def __init__(self, draft_as_is: bool = False) -> None:
+        """draft_as_is: never draft with a copy of the draft re-quantized for the CPU (see Engine.load)."""
+        self.draft_as_is = draft_as_is
         self.engine: Engine | None = None
         self._status = HostStatus(
             "empty", "No model loaded: choose or download a pair in the Models tab.", None, None, 0
@@ -61,7 +64,8 @@ class EngineHost:
                 old.close()
         engine = None
         try:
-            engine = Engine.load(target, draft, config)
+            copy_dir = None if self.draft_as_is else cache_dir()
+            engine = Engine.load(target, draft, config, copy_dir, self._progress)
             # auto mode (the default) needs this machine's costs: measure them now, not in the first answer.
             engine.calibration(lambda: self._progress("Timing the models on this machine for auto mode (once)…"))
         except Exception as e:  # a load thread that died silently would leave the app "loading" forever
@@ -72,6 +76,8 @@ class EngineHost:
             return
         self.engine = engine
         names = engine.target.name + (f" + {engine.draft.name} (draft)" if engine.draft else " (no draft model)")
+        if engine.draft is not None and engine.draft.path != draft:
+            names += " re-quantized for this CPU"
         # What a reload with other settings changed, so that the user can see it took effect.
         n_threads = config.threads[0]
         setup = f"{n_threads} thread{'s' * (n_threads != 1)}"
