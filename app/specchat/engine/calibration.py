@@ -19,7 +19,7 @@ from specchat.engine.llama_backend import LlamaModel
 # r(n) is far from linear on a CPU: llama.cpp's kernels take a batch 4 or 16 tokens at a time, and on two cores
 # here 16 tokens cost 4.3 steps against 3.4 for 8 (0.27 against 0.43 a token), which a long copy can use.
 K_MAX = 15
-_CONTEXT = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n" * 4
+TIMING_TEXT = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n" * 4
 
 
 @dataclass(frozen=True)
@@ -48,14 +48,19 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def timing_key(files: list[Path], setup: str) -> str:
+    """Changes whenever the machine, the llama.cpp build, any of the files or the setup (threads, ...) change."""
+    parts = [cpu_name(), llama_cpp.llama_print_system_info().decode(errors="replace")]
+    for path in files:
+        st = path.stat()
+        parts += [path.name, str(st.st_size), str(int(st.st_mtime)), setup]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
 def setup_key(target: LlamaModel, draft: LlamaModel | None) -> str:
     """Changes whenever the machine, the build, the models, threads, GPU layers or context change."""
-    parts = [cpu_name(), llama_cpp.llama_print_system_info().decode(errors="replace")]
-    for model in (target, draft):
-        if model is not None:
-            st = model.path.stat()
-            parts += [model.path.name, str(st.st_size), str(int(st.st_mtime)), repr(model.config)]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    models = [model for model in (target, draft) if model is not None]
+    return timing_key([model.path for model in models], repr(target.config))
 
 
 def decode_seconds(model: LlamaModel, tokens: list[int]) -> float:
@@ -71,7 +76,7 @@ def measure(target: LlamaModel, draft: LlamaModel | None, rounds: int = 4) -> Ca
     """Each round times a target step, a draft step and every batch size back to back, and each ratio is the median
     over rounds: the machine's speed drifts with other work, so only times taken together make sound ratios (and
     batches of mixed sizes, as in real decoding, not the same batch over and over)."""
-    context = target.tokenize(_CONTEXT)
+    context = target.tokenize(TIMING_TEXT)
     probe = context[: K_MAX + 1]
     for model in (target, draft):
         if model is not None:

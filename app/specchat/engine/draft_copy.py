@@ -12,17 +12,16 @@ still (0.29) but took 115 s to make, too long a first wait. Whether the copy is 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import json
 import os
 import statistics
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import llama_cpp
 
-from specchat.engine.calibration import cpu_name, decode_seconds
+from specchat.engine.calibration import TIMING_TEXT, decode_seconds, timing_key
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
 from specchat.errors import ModelLoadError
 
@@ -49,13 +48,6 @@ class DraftChoice:
         return f"drafting with {file.name} as it is (a {COPY_TYPE} copy took {times} for the file)"
 
 
-def _key(draft: Path, config: BackendConfig) -> str:
-    st = draft.stat()
-    parts = [str(draft.resolve()), str(st.st_size), str(int(st.st_mtime)), cpu_name(), repr(config.threads)]
-    parts.append(llama_cpp.llama_print_system_info().decode(errors="replace"))
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
-
-
 def quantize(source: Path, dest: Path, n_threads: int) -> None:
     """Write dest as a Q4_0 copy of source (every weight matrix, the output one too), atomically."""
     params = llama_cpp.llama_model_quantize_default_params()
@@ -76,7 +68,7 @@ def quantize(source: Path, dest: Path, n_threads: int) -> None:
 
 def token_seconds(models: list[LlamaModel], rounds: int = 7) -> list[float]:
     """Each model's median time for one token after a short context, timed in turns (the machine drifts)."""
-    context = models[0].tokenize("def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n" * 4)
+    context = models[0].tokenize(TIMING_TEXT)
     for model in models:
         model.eval_prefix(context)
         decode_seconds(model, context[:1])  # warm-up: first decodes pay for allocations
@@ -91,7 +83,7 @@ def choose_draft(
     draft: Path, config: BackendConfig, cache_dir: Path, on_progress: Callable[[str], None] | None = None
 ) -> DraftChoice:
     """The draft file or its CPU copy, whichever drafts faster here; the answer (and a kept copy) is cached."""
-    key = _key(draft, config)
+    key = timing_key([draft.resolve()], repr(config.threads))
     copy = cache_dir / f"{draft.stem}.{key}.{COPY_TYPE.lower()}.gguf"
     record = cache_dir / f"draft-choice-{key}.json"
     try:
@@ -112,9 +104,9 @@ def choose_draft(
     finally:
         for model in models:
             model.close()
-    choice = DraftChoice(draft, file_s, copy_s)
-    choice = replace(choice, path=copy if choice.uses_copy else draft)
-    if not choice.uses_copy:
+    faster = copy_s <= MAX_TIME_RATIO * file_s
+    choice = DraftChoice(copy if faster else draft, file_s, copy_s)
+    if not faster:
         copy.unlink(missing_ok=True)  # hundreds of MB for nothing
     record.write_text(json.dumps(asdict(choice), default=str))
     return choice
