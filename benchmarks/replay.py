@@ -1,0 +1,240 @@
+"""What could drafting give at best here, and what does auto's policy give? Replays of plain greedy answers.
+
+    python benchmarks/replay.py TARGET.gguf DRAFT.gguf [--categories code_editing] [--max-tokens 128]
+        [--recording replay.json] [--auto-only]
+
+Decodes each suite prompt plainly (greedy) and reads the answer through the draft once, recording at every
+position the draft's greedy token and its probability for it (the draft as the app runs it: its CPU copy where
+that is faster). Then, with no model calls, at this machine's calibrated costs (r(n), c, and a catch-up of the
+draft's cache priced as a batch):
+
+- hindsight ceilings: knowing which drafts the target accepts, the cheapest way through each answer, drafting
+  by prompt lookup only, by the draft model only, or by both (over positions and how far behind the draft's
+  cache is). No policy that has to guess beats them.
+- auto: AutoDrafter as the engine runs it, its draft model answering from the recording on a clock that moves
+  by the calibrated costs. Noise-free and seconds long: a check of a policy change before a real
+  `specchat bench`, whose greedy `auto` rows it should track (it leaves out the loop's own Python time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specchat.bench import BUILTIN, load_suite
+from specchat.catalog import cache_dir
+from specchat.engine import Engine, GenerationSettings
+from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
+from specchat.engine.calibration import K_MAX, Calibration
+from specchat.engine.drafters import ModelDrafter
+from specchat.engine.sampling import SamplingParams
+
+
+@dataclass
+class Answer:
+    category: str
+    prompt: list[int]
+    tokens: list[int]  # the target's plain greedy answer
+    guesses: list[int]  # the draft's greedy token at each position of the answer, given the answer before it
+    sureness: list[float]  # the draft's probability for that token
+
+
+def record(engine: Engine, prompt: list[int], max_tokens: int) -> tuple[list[int], list[int], list[float]]:
+    answer = [
+        event.token for event in engine.generate_tokens(prompt, GenerationSettings("plain", max_tokens=max_tokens))
+    ]
+    draft = engine.draft
+    draft.eval_prefix(prompt[:-1])
+    logits = draft.decode([prompt[-1], *answer[:-1]], all_logits=True)
+    guesses = logits.argmax(axis=1)
+    z = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return answer, guesses.tolist(), (z.max(axis=1) / z.sum(axis=1)).tolist()
+
+
+class Prices:
+    """This machine's calibrated costs in target steps: r(n) as auto mode reads it, a draft token's c, and a draft
+    model's catch-up on n tokens of context, one batch: c times the target's batch ratio, the same machine's
+    kernels running both (on two Xeon cores the Qwen 0.5B took 1.35, 2.05, 3.6 and 6.1 single decodes for batches
+    of 4, 8, 16 and 32 tokens, where the target's r says 1.7, 3.3, 4.0 and 8.1)."""
+
+    def __init__(self, calibration: Calibration):
+        live = LiveCosts(calibration)
+        self.t1, self.c, self.r = calibration.t1, live.c, live.r
+
+    def catch_up(self, n: int) -> float:
+        whole, rest = divmod(max(n, 1), K_MAX + 1)
+        return self.c * (whole * self.r(K_MAX + 1) + (self.r(rest) if rest else 0.0))
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class RecordedDraft:
+    """The few calls ModelDrafter makes of a LlamaModel, answered from a recording: at each position, the draft's
+    token with its probability (off the answer, after a draft the target rejects, the recording is as good a
+    guess as any: the target rejects what follows anyway). Decoding moves the clock by what it would cost."""
+
+    def __init__(self, answer: Answer, n_vocab: int, prices: Prices, clock: Clock):
+        self.answer, self.n_vocab, self.prices, self.clock = answer, n_vocab, prices, clock
+        self.tokens: list[int] = []
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def common_prefix(self, seq) -> int:
+        return next((i for i, (a, b) in enumerate(zip(self.tokens, seq)) if a != b), min(len(self.tokens), len(seq)))
+
+    def eval_prefix(self, seq) -> np.ndarray:
+        del self.tokens[min(self.common_prefix(seq), len(seq) - 1) :]
+        return self.decode(seq[self.n_past :])[0]
+
+    def decode(self, tokens, all_logits: bool = False) -> np.ndarray:
+        self.clock.now += self.prices.catch_up(len(tokens)) * self.prices.t1
+        self.tokens.extend(tokens)
+        at = min(len(self.tokens) - len(self.answer.prompt), len(self.answer.guesses) - 1)
+        sure = min(self.answer.sureness[at], 1 - 1e-6)
+        row = np.zeros((1, self.n_vocab), dtype=np.float32)
+        row[0, self.answer.guesses[at]] = math.log(sure * (self.n_vocab - 1) / (1 - sure))  # softmax gives `sure`
+        return row
+
+
+def _right(drafts: list[int], answer: list[int]) -> int:
+    """How many of the drafts the target accepts: greedy decoding would have said the answer's tokens."""
+    n = 0
+    while n < len(drafts) and n < len(answer) and drafts[n] == answer[n]:
+        n += 1
+    return n
+
+
+def ceiling_cost(answer: Answer, costs: Prices, lookup: bool, model: bool, n_vocab: int) -> float:
+    """Target steps (units of t1) for the cheapest way through the answer, knowing which drafts pass.
+
+    Prompt lookup takes the match auto mode would find first, with no memory of earlier copies; the draft read
+    the prompt along with the target, as auto mode has it do."""
+    n, tokens = len(answer.tokens), answer.tokens
+    finder = auto_lookup(n_vocab)
+    copies = [_right(finder.find(answer.prompt + tokens[:t], K_MAX), tokens[t:]) for t in range(n)]
+    agree = [_right(answer.guesses[t:], tokens[t:]) for t in range(n)]
+    # best[t][held]: the least cost to have answered t tokens with the draft's cache holding the answer's first
+    # held - 1 (held 0: the prompt but its last token, as prefilled).
+    best: list[dict[int, float]] = [{} for _ in range(n + 1)]
+    best[0][0] = 0.0
+
+    def go(t: int, held: int, cost: float) -> None:
+        t = min(t, n)
+        if cost < best[t].get(held, math.inf):
+            best[t][held] = cost
+
+    for t in range(n):
+        room = n - t - 1  # the last token is the target's own
+        for held, spent in best[t].items():
+            go(t + 1, held, spent + 1.0)
+            right = min(copies[t], room)
+            if lookup and right:
+                go(t + right + 1, held, spent + costs.r(right + 1))
+            if model:
+                catch_up = costs.catch_up(t + 1 - held)
+                for k in range(1, min(K_MAX, room) + 1):
+                    right = min(agree[t], k)
+                    step = catch_up + (k - 1) * costs.c + costs.r(k + 1)
+                    go(t + right + 1, t + 1 + min(right, k - 1), spent + step)
+    return min(best[n].values())
+
+
+def replayed_cost(answer: Answer, calibration: Calibration, n_vocab: int) -> float:
+    """Target steps (units of t1) that auto mode's policy takes for the answer."""
+    costs = Prices(calibration)  # the recording's prices stay put; the policy's own LiveCosts learn from its steps
+    clock = Clock()
+    draft = ModelDrafter(RecordedDraft(answer, n_vocab, costs, clock), n_vocab)
+    auto = AutoDrafter(calibration, auto_lookup(n_vocab), draft)
+    context = list(answer.prompt)
+    auto.prefill(context)
+    tokens, t, start = answer.tokens, 0, clock.now
+    while t < len(tokens):
+        began = clock.now
+        drafts, _ = auto.propose(context, min(K_MAX, len(tokens) - t - 1), SamplingParams(), None)
+        verify_s = costs.r(len(drafts) + 1) * costs.t1
+        accepted = _right(drafts, tokens[t:])
+        auto.observe(len(drafts), accepted, clock.now - began, verify_s)
+        clock.now += verify_s
+        context += tokens[t : t + accepted + 1]
+        t += accepted + 1
+    return (clock.now - start) / costs.t1
+
+
+def recorded(args: argparse.Namespace) -> tuple[Calibration, int, list[tuple[str, Answer]]]:
+    """This machine's calibration and the suite's answers: from args.recording if it exists, else recorded now
+    (and kept there, if named: a replay of a policy change then takes seconds)."""
+    if args.recording and args.recording.is_file():
+        saved = json.loads(args.recording.read_text())
+        answers = [(a.pop("id"), Answer(**a)) for a in saved["answers"]]
+        return Calibration.from_json(json.dumps(saved["calibration"])), saved["n_vocab"], answers
+    engine = Engine.load(args.target, args.draft, cpu_copy_dir=cache_dir())
+    if args.max_tokens >= engine.draft.n_batch:  # record() reads a whole answer in one batch
+        raise SystemExit(f"--max-tokens must be under {engine.draft.n_batch}")
+    answers = []
+    for item in load_suite(args.suite, args.categories):
+        prompt = engine.chat_prompt(item.messages)
+        answers.append((item.id, Answer(item.category, prompt, *record(engine, prompt, args.max_tokens))))
+        print(f"recorded {item.id}", flush=True)
+    cal, n_vocab = engine.calibration(), engine.target.n_vocab
+    if args.recording:
+        saved = [{"id": name, **asdict(answer)} for name, answer in answers]
+        text = json.dumps({"calibration": json.loads(cal.to_json()), "n_vocab": n_vocab, "answers": saved})
+        args.recording.write_text(text)
+    return cal, n_vocab, answers
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("target")
+    ap.add_argument("draft")
+    ap.add_argument("--suite", default=BUILTIN)
+    ap.add_argument("--categories", type=lambda s: s.split(","))
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--recording", type=Path, help="a JSON file to keep the recorded answers in, or to replay from")
+    ap.add_argument("--auto-only", action="store_true", help="replay auto mode only, not the (slower) ceilings")
+    args = ap.parse_args()
+    cal, n_vocab, answers = recorded(args)
+    costs = Prices(cal)
+    print(
+        f"t1 = {cal.t1 * 1000:.1f} ms, c = {costs.c:.3f}; "
+        + ", ".join(f"r({n}) = {costs.r(n):.2f}" for n in (2, 4, 8, 16))
+    )
+    columns = (
+        ("auto replayed",) if args.auto_only else ("lookup ceiling", "model ceiling", "both ceiling", "auto replayed")
+    )
+    totals: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(len(columns) + 1))
+    for name, answer in answers:
+        steps = (
+            []
+            if args.auto_only
+            else [
+                ceiling_cost(answer, costs, lookup=True, model=False, n_vocab=n_vocab),
+                ceiling_cost(answer, costs, lookup=False, model=True, n_vocab=n_vocab),
+                ceiling_cost(answer, costs, lookup=True, model=True, n_vocab=n_vocab),
+            ]
+        )
+        steps.append(replayed_cost(answer, cal, n_vocab))
+        n = len(answer.tokens)
+        print(f"{name}: {n} tokens, " + ", ".join(f"{c} {n / s:.2f}x" for c, s in zip(columns, steps)), flush=True)
+        for key in (answer.category, "all"):
+            totals[key] += [n, *steps]
+    for key, (n, *steps) in totals.items():
+        print(f"{key}: " + ", ".join(f"{c} {n / s:.2f}x" for c, s in zip(columns, steps)))
+
+
+if __name__ == "__main__":
+    main()
