@@ -11,8 +11,8 @@ draft's cache priced as a batch):
 - hindsight ceilings: knowing which drafts the target accepts, the cheapest way through each answer, drafting
   by prompt lookup only, by the draft model only, or by both (over positions and how far behind the draft's
   cache is). No policy that has to guess beats them.
-- auto: AutoDrafter as the engine runs it, its draft model answering from the recording on a clock that moves
-  by the calibrated costs. Noise-free and seconds long: a check of a policy change before a real
+- auto: AutoDrafter as the engine runs it, its draft model answering from the recording, each decode
+  timed at the calibrated costs. Noise-free and seconds long: a check of a policy change before a real
   `specchat bench`, whose greedy `auto` rows it should track (it leaves out the loop's own Python time).
 """
 
@@ -72,36 +72,27 @@ class Prices:
         return self.c * (whole * self.r(K_MAX + 1) + (self.r(rest) if rest else 0.0))
 
 
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class RecordedDraft:
     """The few calls ModelDrafter makes of a LlamaModel, answered from a recording: at each position, the draft's
     token with its probability (off the answer, after a draft the target rejects, the recording is as good a
-    guess as any: the target rejects what follows anyway). Decoding moves the clock by what it would cost."""
+    guess as any: the target rejects what follows anyway). `seconds` adds up what the decoding would take."""
 
-    def __init__(self, answer: Answer, n_vocab: int, prices: Prices, clock: Clock):
-        self.answer, self.n_vocab, self.prices, self.clock = answer, n_vocab, prices, clock
+    def __init__(self, answer: Answer, n_vocab: int, prices: Prices):
+        self.answer, self.n_vocab, self.prices = answer, n_vocab, prices
         self.tokens: list[int] = []
+        self.seconds = 0.0
 
     @property
     def n_past(self) -> int:
         return len(self.tokens)
 
-    def common_prefix(self, seq) -> int:
-        return next((i for i, (a, b) in enumerate(zip(self.tokens, seq)) if a != b), min(len(self.tokens), len(seq)))
-
     def eval_prefix(self, seq) -> np.ndarray:
-        del self.tokens[min(self.common_prefix(seq), len(seq) - 1) :]
+        common = next((i for i, (a, b) in enumerate(zip(self.tokens, seq)) if a != b), min(len(self.tokens), len(seq)))
+        del self.tokens[min(common, len(seq) - 1) :]
         return self.decode(seq[self.n_past :])[0]
 
     def decode(self, tokens, all_logits: bool = False) -> np.ndarray:
-        self.clock.now += self.prices.catch_up(len(tokens)) * self.prices.t1
+        self.seconds += self.prices.catch_up(len(tokens)) * self.prices.t1
         self.tokens.extend(tokens)
         at = min(len(self.tokens) - len(self.answer.prompt), len(self.answer.guesses) - 1)
         sure = min(self.answer.sureness[at], 1 - 1e-6)
@@ -118,15 +109,22 @@ def _right(drafts: list[int], answer: list[int]) -> int:
     return n
 
 
-def ceiling_cost(answer: Answer, costs: Prices, lookup: bool, model: bool, n_vocab: int) -> float:
-    """Target steps (units of t1) for the cheapest way through the answer, knowing which drafts pass.
+def ceilings(answer: Answer, costs: Prices, n_vocab: int) -> list[float]:
+    """Target steps (units of t1) for the cheapest way through the answer, knowing which drafts pass: drafting by
+    prompt lookup only, by the draft model only, and by both.
 
     Prompt lookup takes the match auto mode would find first, with no memory of earlier copies; the draft read
-    the prompt along with the target, as auto mode has it do."""
-    n, tokens = len(answer.tokens), answer.tokens
+    the prompt along with the target."""
+    tokens = answer.tokens
     finder = auto_lookup(n_vocab)
-    copies = [_right(finder.find(answer.prompt + tokens[:t], K_MAX), tokens[t:]) for t in range(n)]
-    agree = [_right(answer.guesses[t:], tokens[t:]) for t in range(n)]
+    copies = [_right(finder.find(answer.prompt + tokens[:t], K_MAX), tokens[t:]) for t in range(len(tokens))]
+    agree = [_right(answer.guesses[t:], tokens[t:]) for t in range(len(tokens))]
+    return [_cheapest(copies, agree, costs, lookup, model) for lookup, model in ((1, 0), (0, 1), (1, 1))]
+
+
+def _cheapest(copies: list[int], agree: list[int], costs: Prices, lookup: bool, model: bool) -> float:
+    """copies[t], agree[t]: how many tokens from t on the lookup draft, and the draft model's, get right."""
+    n = len(copies)
     # best[t][held]: the least cost to have answered t tokens with the draft's cache holding the answer's first
     # held - 1 (held 0: the prompt but its last token, as prefilled).
     best: list[dict[int, float]] = [{} for _ in range(n + 1)]
@@ -156,22 +154,21 @@ def ceiling_cost(answer: Answer, costs: Prices, lookup: bool, model: bool, n_voc
 def replayed_cost(answer: Answer, calibration: Calibration, n_vocab: int) -> float:
     """Target steps (units of t1) that auto mode's policy takes for the answer."""
     costs = Prices(calibration)  # the recording's prices stay put; the policy's own LiveCosts learn from its steps
-    clock = Clock()
-    draft = ModelDrafter(RecordedDraft(answer, n_vocab, costs, clock), n_vocab)
-    auto = AutoDrafter(calibration, auto_lookup(n_vocab), draft)
+    recorded = RecordedDraft(answer, n_vocab, costs)
+    auto = AutoDrafter(calibration, auto_lookup(n_vocab), ModelDrafter(recorded, n_vocab))
     context = list(answer.prompt)
-    auto.prefill(context)
-    tokens, t, start = answer.tokens, 0, clock.now
+    auto.prefill(context)  # prompt time, not counted (as in `specchat bench`)
+    tokens, t, spent_s = answer.tokens, 0, 0.0
     while t < len(tokens):
-        began = clock.now
+        before = recorded.seconds
         drafts, _ = auto.propose(context, min(K_MAX, len(tokens) - t - 1), SamplingParams(), None)
-        verify_s = costs.r(len(drafts) + 1) * costs.t1
+        draft_s, verify_s = recorded.seconds - before, costs.r(len(drafts) + 1) * costs.t1
         accepted = _right(drafts, tokens[t:])
-        auto.observe(len(drafts), accepted, clock.now - began, verify_s)
-        clock.now += verify_s
+        auto.observe(len(drafts), accepted, draft_s, verify_s)
+        spent_s += draft_s + verify_s
         context += tokens[t : t + accepted + 1]
         t += accepted + 1
-    return (clock.now - start) / costs.t1
+    return spent_s / costs.t1
 
 
 def recorded(args: argparse.Namespace) -> tuple[Calibration, int, list[tuple[str, Answer]]]:
@@ -218,15 +215,7 @@ def main() -> None:
     )
     totals: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(len(columns) + 1))
     for name, answer in answers:
-        steps = (
-            []
-            if args.auto_only
-            else [
-                ceiling_cost(answer, costs, lookup=True, model=False, n_vocab=n_vocab),
-                ceiling_cost(answer, costs, lookup=False, model=True, n_vocab=n_vocab),
-                ceiling_cost(answer, costs, lookup=True, model=True, n_vocab=n_vocab),
-            ]
-        )
+        steps = [] if args.auto_only else ceilings(answer, costs, n_vocab)
         steps.append(replayed_cost(answer, cal, n_vocab))
         n = len(answer.tokens)
         print(f"{name}: {n} tokens, " + ", ".join(f"{c} {n / s:.2f}x" for c, s in zip(columns, steps)), flush=True)
