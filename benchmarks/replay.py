@@ -33,6 +33,7 @@ from specchat.engine import Engine, GenerationSettings
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
 from specchat.engine.calibration import K_MAX, Calibration
 from specchat.engine.drafters import ModelDrafter
+from specchat.engine.llama_backend import common_prefix
 from specchat.engine.sampling import SamplingParams
 
 
@@ -87,8 +88,7 @@ class RecordedDraft:
         return len(self.tokens)
 
     def eval_prefix(self, seq) -> np.ndarray:
-        common = next((i for i, (a, b) in enumerate(zip(self.tokens, seq)) if a != b), min(len(self.tokens), len(seq)))
-        del self.tokens[min(common, len(seq) - 1) :]
+        del self.tokens[min(common_prefix(self.tokens, seq), len(seq) - 1) :]
         return self.decode(seq[self.n_past :])[0]
 
     def decode(self, tokens, all_logits: bool = False) -> np.ndarray:
@@ -101,14 +101,6 @@ class RecordedDraft:
         return row
 
 
-def _right(drafts: list[int], answer: list[int]) -> int:
-    """How many of the drafts the target accepts: greedy decoding would have said the answer's tokens."""
-    n = 0
-    while n < len(drafts) and n < len(answer) and drafts[n] == answer[n]:
-        n += 1
-    return n
-
-
 def ceilings(answer: Answer, costs: Prices, n_vocab: int) -> list[float]:
     """Target steps (units of t1) for the cheapest way through the answer, knowing which drafts pass: drafting by
     prompt lookup only, by the draft model only, and by both.
@@ -117,8 +109,8 @@ def ceilings(answer: Answer, costs: Prices, n_vocab: int) -> list[float]:
     the prompt along with the target."""
     tokens = answer.tokens
     finder = auto_lookup(n_vocab)
-    copies = [_right(finder.find(answer.prompt + tokens[:t], K_MAX), tokens[t:]) for t in range(len(tokens))]
-    agree = [_right(answer.guesses[t:], tokens[t:]) for t in range(len(tokens))]
+    copies = [common_prefix(finder.find(answer.prompt + tokens[:t], K_MAX), tokens[t:]) for t in range(len(tokens))]
+    agree = [common_prefix(answer.guesses[t:], tokens[t:]) for t in range(len(tokens))]
     return [_cheapest(copies, agree, costs, lookup, model) for lookup, model in ((1, 0), (0, 1), (1, 1))]
 
 
@@ -163,7 +155,7 @@ def replayed_cost(answer: Answer, calibration: Calibration, n_vocab: int) -> flo
         before = recorded.seconds
         drafts, _ = auto.propose(context, min(K_MAX, len(tokens) - t - 1), SamplingParams(), None)
         draft_s, verify_s = recorded.seconds - before, costs.r(len(drafts) + 1) * costs.t1
-        accepted = _right(drafts, tokens[t:])
+        accepted = common_prefix(drafts, tokens[t:])
         auto.observe(len(drafts), accepted, draft_s, verify_s)
         spent_s += draft_s + verify_s
         context += tokens[t : t + accepted + 1]

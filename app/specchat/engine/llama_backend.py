@@ -38,6 +38,11 @@ def _log_errors_only(level: int, text: bytes, _user_data: ctypes.c_void_p) -> No
 llama_cpp.llama_log_set(_log_errors_only, ctypes.c_void_p(0))
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens a and b share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def default_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
@@ -169,10 +174,7 @@ class LlamaModel:
         Only what differs from the cached tokens is decoded (KV prefix reuse); the last token is always
         decoded again when needed because llama.cpp keeps logits of the latest batch only.
         """
-        common = next(
-            (i for i, (a, b) in enumerate(zip(self.tokens, seq)) if a != b), min(len(self.tokens), len(seq))
-        )
-        self.rollback(min(common, len(seq) - 1))
+        self.rollback(min(common_prefix(self.tokens, seq), len(seq) - 1))
         return self.decode(seq[self.n_past :])[0]
 
     def close(self) -> None:
