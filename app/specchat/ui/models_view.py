@@ -49,14 +49,17 @@ def all_models(cat: catalog.Catalog) -> list[str]:
     return [*cat.models, *catalog.local_models()]
 
 
-def pairs_html(cat: catalog.Catalog) -> str:
+def pairs_html(cat: catalog.Catalog, downloading: str | None = None) -> str:
     local = catalog.local_models()
     rows = []
     for pair in cat.pairs.values():
         members = (pair.target, pair.draft)
         have = sum(_installed(m, cat, local) for m in members)
         state = "installed" if have == 2 else "partial" if have else "missing"
-        label = {"installed": "installed", "partial": "partly downloaded", "missing": "not downloaded"}[state]
+        if pair.name == downloading:
+            state = "downloading"
+        labels = {"installed": "installed", "partial": "partly downloaded", "missing": "not downloaded"}
+        label = labels.get(state, "downloading…")
         sizes = [_model_size(m, cat, local) for m in dict.fromkeys(members)]
         total = None if None in sizes else sum(s for s in sizes if s is not None)
         default = ' <span class="sc-badge">default</span>' if pair.name == cat.default else ""
@@ -180,12 +183,12 @@ class ModelsView:
     def _config(self, threads: float | None, gpu_layers: float | None, n_ctx: int) -> BackendConfig:
         return BackendConfig(n_ctx=n_ctx, n_threads=int(threads or 0) or None, n_gpu_layers=int(gpu_layers or 0))
 
-    def _refresh(self) -> tuple:
+    def _refresh(self, downloading: str | None = None) -> tuple:
         """New values for (pairs table, models table, target choices, draft choices, removable models)."""
         cat = catalog.load_catalog()
         names = installed_models(cat)
         return (
-            pairs_html(cat),
+            pairs_html(cat, downloading),
             models_html(cat),
             gr.update(choices=names),
             gr.update(choices=[("none (lookup or plain only)", NO_DRAFT), *names]),
@@ -204,7 +207,8 @@ class ModelsView:
         try:
             worker = threading.Thread(target=self._download, args=(job,), daemon=True, name="specchat-download")
             worker.start()
-            yield _only(progress_html("downloading", f"Starting the download of {pair}…", None))
+            starting = progress_html("downloading", f"Starting the download of {pair}…", None)
+            yield starting, *self._refresh(downloading=pair)
             while worker.is_alive():
                 worker.join(PROGRESS_INTERVAL_S)
                 p = job.progress
