@@ -334,12 +334,12 @@ def test_the_default_pair_downloads_in_one_click_with_progress_cancel_and_remove
     assert page.locator("#sc-pair input").input_value() == "smol-pair"
 
     page.click("#sc-download")
+    page.wait_for_selector('#sc-pairs tr[data-pair="smol-pair"][data-state="downloading"]')
     progress = page.locator("#sc-download-progress .sc-download")
     page.wait_for_selector(
         '#sc-download-progress .sc-download[data-state="downloading"] .sc-progress span[style]', state="attached"
     )
     assert "of 98 MB" in progress.inner_text()
-    assert page.locator('#sc-pairs tr[data-pair="smol-pair"]').get_attribute("data-state") == "downloading"
     page.screenshot(path=str(artifacts / "models-downloading.png"))
     page.click("#sc-cancel")
     page.wait_for_selector('#sc-download-progress .sc-download[data-state="cancelling"]')

@@ -49,6 +49,14 @@ def all_models(cat: catalog.Catalog) -> list[str]:
     return [*cat.models, *catalog.local_models()]
 
 
+_PAIR_STATES = {
+    "installed": "installed",
+    "partial": "partly downloaded",
+    "missing": "not downloaded",
+    "downloading": "downloading…",
+}
+
+
 def pairs_html(cat: catalog.Catalog, downloading: str | None = None) -> str:
     local = catalog.local_models()
     rows = []
@@ -58,8 +66,7 @@ def pairs_html(cat: catalog.Catalog, downloading: str | None = None) -> str:
         state = "installed" if have == 2 else "partial" if have else "missing"
         if pair.name == downloading:
             state = "downloading"
-        labels = {"installed": "installed", "partial": "partly downloaded", "missing": "not downloaded"}
-        label = labels.get(state, "downloading…")
+        label = _PAIR_STATES[state]
         sizes = [_model_size(m, cat, local) for m in dict.fromkeys(members)]
         total = None if None in sizes else sum(s for s in sizes if s is not None)
         default = ' <span class="sc-badge">default</span>' if pair.name == cat.default else ""
