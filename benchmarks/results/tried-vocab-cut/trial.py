@@ -35,10 +35,10 @@ from llama_cpp._internals import LlamaBatch
 from specchat.engine.calibration import TIMING_TEXT, decode_seconds
 from specchat.engine.draft_copy import quantize
 from specchat.engine.llama_backend import LlamaModel
+from specchat.gguf import _SCALARS as SCALARS  # GGUF value type -> struct format
 
 HERE = Path(__file__).parent
 RECORDING = HERE.parent / "replay-greedy.json"
-SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 BLOCK_BYTES = {0: (1, 4), 1: (1, 2), 2: (32, 18)}  # ggml type: (weights a block, bytes a block); F32, F16, Q4_0
 LANGUAGES = {"en": 0.3, "de": 0.1, "fr": 0.1, "es": 0.1, "zh": 0.1, "it": 0.05, "pt": 0.05, "ru": 0.05, "ja": 0.05}
 LANGUAGES |= {"ko": 0.03, "nl": 0.03, "pl": 0.02, "tr": 0.02}
@@ -100,6 +100,9 @@ class Gguf:
             pos += 8 + n
         return out
 
+    def token_types(self) -> np.ndarray:
+        return np.frombuffer(self.kv["tokenizer.ggml.token_type"][1][12:], dtype="<i4")  # past item type and count
+
     def tensor(self, name: str) -> tuple[list[int], int, memoryview]:
         for tname, dims, ttype, offset in self.tensors:
             if tname == name:
@@ -114,7 +117,7 @@ class Gguf:
         strings = self.strings("tokenizer.ggml.tokens")
         kv = dict(self.kv)
         kv["tokenizer.ggml.tokens"] = (9, struct.pack("<IQ", 8, len(keep)) + b"".join(_enc(strings[t]) for t in keep))
-        types = np.frombuffer(self.kv["tokenizer.ggml.token_type"][1][12:], dtype="<i4")
+        types = self.token_types()
         kv["tokenizer.ggml.token_type"] = (9, struct.pack("<IQ", 5, len(keep)) + types[keep].tobytes())
         for key, (vtype, raw) in self.kv.items():
             if key.startswith("tokenizer.ggml.") and key.endswith("_token_id"):
@@ -236,7 +239,7 @@ def main() -> None:
         np.save(table, token_frequencies(llama_cpp.Llama(str(q40), vocab_only=True, verbose=False)))
     freq = np.load(table)
     strings = full.strings("tokenizer.ggml.tokens")
-    types = np.frombuffer(full.kv["tokenizer.ggml.token_type"][1][12:], dtype="<i4")
+    types = full.token_types()
     always = set(range(256)) | set(np.flatnonzero(types != 1).tolist())  # bytes and control tokens
     models, keeps = {"full": LlamaModel(q40)}, {}
     for n in map(int, args.sizes.split(",")):
