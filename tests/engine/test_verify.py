@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specchat.engine.sampling import SamplingParams, probabilities, sample
-from specchat.engine.verify import verify
+from specchat.engine.sampling import _SAMPLE_BLOCK, SamplingParams, probabilities, sample
+from specchat.engine.verify import verify, verify_greedy
 
 V = 12
 DRAWS = 30_000
@@ -136,6 +136,64 @@ def test_corners_never_nan_and_stay_in_range(k, seed, draft_zero):
     n, nxt = verify(drafts, p_draft, p_target, rng)
     assert 0 <= n <= k and 0 <= nxt < V
     assert p_target[n, nxt] > 0
+
+
+def test_sampling_a_vocabulary_sized_vector_follows_it():
+    """sample() searches its CDF block by block: tokens sharing blocks, tokens far apart, whole blocks empty."""
+    rng = np.random.default_rng(7)
+    p = np.zeros(151936, dtype=np.float32)
+    picks = np.concatenate([rng.choice(1500, size=V - 3, replace=False), [40_000, 90_001, 151_935 - 7]])
+    p[picks] = dist(rng)
+    counts = np.bincount([sample(p, rng) for _ in range(DRAWS)], minlength=p.size)[picks]
+    assert counts.sum() == DRAWS
+    assert chi_square_p(counts, p[picks] / p[picks].sum()) > 1e-3
+
+
+class FixedDraw:
+    def __init__(self, u: float):
+        self.u = u
+
+    def random(self) -> float:
+        return self.u
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(2, 3000), seed=st.integers(0, 2**32 - 1))
+def test_sample_never_picks_a_token_without_mass(n, seed):
+    """Draws at the bottom, at the top of each block sample() searches, and at random: no rounding may land on a
+    token without mass (each block's first token has none: where a draw spilling past the block before lands)."""
+    rng = np.random.default_rng(seed)
+    p = np.where(rng.random(n) < 0.5, rng.random(n) ** 8, 0.0).astype(np.float32)
+    p[1 + rng.integers(n - 1)] = 1e-30  # some token has mass, maybe hardly any
+    p[::_SAMPLE_BLOCK] = 0.0
+    block_cdf = np.cumsum(np.add.reduceat(p, np.arange(0, n, _SAMPLE_BLOCK), dtype=np.float64))
+    tops = [np.nextafter(c, 0.0) / block_cdf[-1] for c in block_cdf]
+    for draw in (FixedDraw(0.0), FixedDraw(1.0 - 2**-53), *map(FixedDraw, tops), rng):
+        assert p[sample(p, draw)] > 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(k=st.integers(0, 5), seed=st.integers(0, 2**32 - 1))
+def test_no_draft_rows_reads_as_one_hot_rows(k, seed):
+    """Prompt lookup passes no rows: verify must decide exactly as with explicit one-hot rows, draw for draw."""
+    rng = np.random.default_rng(seed)
+    p_target = np.stack([dist(rng, sparsity=0.6) for _ in range(k + 1)])
+    drafts = [int(rng.integers(V)) for _ in range(k)]
+    one_hot_rows = np.eye(V)[drafts] if k else np.empty((0, V))
+    assert verify(drafts, None, p_target, np.random.default_rng(seed)) == verify(
+        drafts, one_hot_rows, p_target, np.random.default_rng(seed)
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(k=st.integers(0, 5), seed=st.integers(0, 2**32 - 1))
+def test_greedy_on_logits_decides_as_on_probabilities(k, seed):
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(k + 1, V)).astype(np.float32)
+    p_target = np.stack([probabilities(row, SamplingParams()) for row in logits])
+    # Drafts that follow the argmax for a while, then may stray: both outcomes get exercised.
+    drafts = [int(row.argmax()) if rng.random() < 0.7 else int(rng.integers(V)) for row in logits[:k]]
+    assert verify_greedy(drafts, logits) == verify(drafts, None, p_target, rng, greedy=True)
 
 
 def test_residual_of_identical_rows_falls_back_to_target():

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from specchat.engine.llama_backend import LlamaModel
-from specchat.engine.sampling import SamplingParams, one_hot, probabilities, sample
+from specchat.engine.sampling import SamplingParams, probabilities, sample
 
 
 class Drafter:
@@ -18,12 +18,13 @@ class Drafter:
 
     def propose(
         self, context: list[int], k: int, params: SamplingParams, rng: np.random.Generator
-    ) -> tuple[list[int], np.ndarray]:
-        """Up to k tokens to follow context (prompt + output so far), with the (n, V) rows they were drawn from.
+    ) -> tuple[list[int], np.ndarray | None]:
+        """Up to k tokens to follow context (prompt + output so far), with the (n, V) rows they were drawn from
+        (None: one-hot rows at the tokens, as verify() reads it).
 
         The base class drafts nothing: plain decoding.
         """
-        return [], np.empty((0, self.n_vocab), dtype=np.float32)
+        return [], None
 
     def prefill(self, context: list[int]) -> None:
         """Process the prompt along with the target, so that it is not counted as drafting time."""
@@ -65,20 +66,22 @@ class ModelDrafter(Drafter):
         logits = self.model.eval_prefix(context)
         while True:
             logits = self._fit(logits)
-            p = probabilities(logits, params)
-            token = int(np.argmax(p)) if params.greedy else sample(p, rng)
+            if params.greedy:  # greedy drafts are one-hot rows, which verify() takes as None
+                p, token = None, int(np.argmax(logits))
+            else:
+                p = probabilities(logits, params)
+                token = sample(p, rng)
+                rows.append(p)
             tokens.append(token)
-            rows.append(p)
             full = len(tokens) == k
             if full or (self.stop_rule and not self.stop_rule(len(tokens), k, _confidence(logits, p, token))):
-                return tokens, np.stack(rows)
+                return tokens, np.stack(rows) if rows else None
             logits = self.model.decode([token])[0]
 
 
-
-def _confidence(logits: np.ndarray, p: np.ndarray, token: int) -> float:
-    """The draft's probability for its token; greedy rows are one-hot, so use the untempered softmax there."""
-    if p[token] < 1.0:
+def _confidence(logits: np.ndarray, p: np.ndarray | None, token: int) -> float:
+    """The draft's probability for its token; greedy (p None) or one-hot rows: the untempered softmax's."""
+    if p is not None and p[token] < 1.0:
         return float(p[token])
     z = np.exp(logits - logits.max())
     return float(z[token] / z.sum())
@@ -140,4 +143,4 @@ class LookupDrafter(Drafter):
         tokens = self.find(context, k) if k > 0 else []
         if not tokens:
             return super().propose(context, k, params, rng)
-        return tokens, one_hot(tokens, self.n_vocab)
+        return tokens, None  # one-hot at the tokens

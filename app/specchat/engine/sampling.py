@@ -14,6 +14,8 @@ import numpy as np
 # top-p first sorts only the tokens above this probability, and the whole vocabulary only when they do not
 # hold the requested mass: a full sort of 151936 logits costs ~10 ms per position.
 _TOP_P_FLOOR = 1e-5
+# sample() searches its CDF in blocks of this many tokens (sqrt of a 151936-token vocabulary, about).
+_SAMPLE_BLOCK = 512
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,7 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
 
 
 def probability_rows(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """probabilities() of every row of (n, V) logits, greedy rows without a copy each (a verify step has up to 16)."""
-    if params.greedy:
-        return one_hot(logits.argmax(axis=1).tolist(), logits.shape[-1])
+    """probabilities() of every row of (n, V) logits (greedy verification needs none: verify_greedy)."""
     return np.stack([probabilities(row, params) for row in logits])
 
 
@@ -84,6 +84,18 @@ def _support(p: np.ndarray, params: SamplingParams) -> np.ndarray | None:
 
 
 def sample(p: np.ndarray, rng: np.random.Generator) -> int:
-    """One draw from a (not necessarily normalized) non-negative vector."""
-    cdf = np.cumsum(p, dtype=np.float64)
-    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), p.size - 1))
+    """One draw from a (not necessarily normalized) non-negative vector, by its float64 CDF.
+
+    The CDF is found block by block: first over the blocks' sums, then within the one block the draw falls in.
+    A float64 cumsum over all 151936 entries took 0.7-1.9 ms, most of a sampled plain step's Python side.
+    """
+    starts = np.arange(0, p.size, _SAMPLE_BLOCK)
+    block_cdf = np.cumsum(np.add.reduceat(p, starts, dtype=np.float64))
+    u = rng.random() * block_cdf[-1]
+    b = int(np.searchsorted(block_cdf, u, side="right"))  # u < the total: a block with mass
+    block = p[starts[b] : starts[b] + _SAMPLE_BLOCK]
+    within = np.cumsum(block, dtype=np.float64)
+    i = int(np.searchsorted(within, u - (block_cdf[b - 1] if b else 0.0), side="right"))
+    # The block's sum, taken again by its cumsum, may differ in the last bit: u must not spill past its tokens.
+    i = min(i, int(np.flatnonzero(block)[-1]))
+    return int(starts[b]) + i

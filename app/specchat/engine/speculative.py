@@ -24,7 +24,7 @@ from specchat.engine.llama_backend import BackendConfig, LlamaModel
 from specchat.engine.sampling import SamplingParams, probability_rows
 from specchat.engine.stats import Stats
 from specchat.engine.text import TextStream
-from specchat.engine.verify import verify
+from specchat.engine.verify import verify, verify_greedy
 from specchat.errors import IncompatibleModelsError, SpecchatError
 
 MODES = ("auto", "speculative", "lookup", "plain")
@@ -231,10 +231,12 @@ class Engine:
                 drafts, p_draft = drafter.propose(context, min(k_max, room), params, rng)
                 stats.strategy = drafter.name
                 t_verify = time.perf_counter()
-                logits = target.decode([context[-1], *drafts], all_logits=True)
+                logits = target.decode([context[-1], *drafts], all_logits=True, copy=False)
                 t_sample = time.perf_counter()
-                p_target = probability_rows(logits, params)
-                n_acc, next_token = verify(drafts, p_draft, p_target, rng, greedy=params.greedy)
+                if params.greedy:
+                    n_acc, next_token = verify_greedy(drafts, logits)
+                else:
+                    n_acc, next_token = verify(drafts, p_draft, probability_rows(logits, params), rng)
                 target.rollback(len(context) + n_acc)
                 drafter.observe(len(drafts), n_acc, t_verify - t_draft, t_sample - t_verify)
                 stats.draft_s += t_verify - t_draft
@@ -245,7 +247,7 @@ class Engine:
                 stats.record_verify(len(drafts) + 1, t_sample - t_verify)
                 stats.record_draft(len(drafts), n_acc)
                 if self.on_verify is not None:
-                    self.on_verify(VerifyStep(list(drafts), logits, n_acc, next_token))
+                    self.on_verify(VerifyStep(list(drafts), logits.copy(), n_acc, next_token))
 
                 new = [(t, "accepted", i + 1) for i, t in enumerate(drafts[:n_acc])]
                 if not drafts:

@@ -16,32 +16,44 @@ from specchat.engine.sampling import sample
 
 def verify(
     draft_tokens: Sequence[int],
-    p_draft: np.ndarray,
+    p_draft: np.ndarray | None,
     p_target: np.ndarray,
     rng: np.random.Generator,
     greedy: bool = False,
 ) -> tuple[int, int]:
     """Return (n_accepted, next_token).
 
-    draft_tokens: k proposed ids; p_draft: (k, V) the distributions they were drawn from;
+    draft_tokens: k proposed ids; p_draft: (k, V) the distributions they were drawn from, or None for
+    one-hot rows at the drafted tokens (prompt lookup's: 15 such rows of 151936 floats are not worth building);
     p_target: (k+1, V), row i the target's distribution after the prefix plus the first i draft tokens.
     """
     k = len(draft_tokens)
-    if p_target.shape[0] != k + 1 or (k and p_draft.shape[0] != k):
-        raise ValueError(f"shapes do not match k={k}: p_draft {p_draft.shape}, p_target {p_target.shape}")
+    if p_target.shape[0] != k + 1 or (k and p_draft is not None and p_draft.shape[0] != k):
+        shape = None if p_draft is None else p_draft.shape
+        raise ValueError(f"shapes do not match k={k}: p_draft {shape}, p_target {p_target.shape}")
     if greedy:
-        for i, token in enumerate(draft_tokens):
-            best = int(np.argmax(p_target[i]))
-            if token != best:
-                return i, best
-        return k, int(np.argmax(p_target[k]))
+        return verify_greedy(draft_tokens, p_target)
     for i, token in enumerate(draft_tokens):
-        q, p = float(p_draft[i, token]), float(p_target[i, token])
+        q, p = 1.0 if p_draft is None else float(p_draft[i, token]), float(p_target[i, token])
         # q == 0 cannot come from sampling the draft, but a drafter may propose anything: p > 0 accepts.
         if p >= q or rng.random() * q < p:
             continue
-        residual = np.maximum(p_target[i] - p_draft[i], 0.0)
+        if p_draft is None:
+            residual = p_target[i].copy()
+            residual[token] = 0.0
+        else:
+            residual = np.maximum(p_target[i] - p_draft[i], 0.0)
         # A zero residual means p_target <= p_draft everywhere, i.e. they are equal: rejection had
         # probability 0 but floating point got here; the target row itself is then the right law.
         return i, sample(residual if residual.sum() > 0 else p_target[i], rng)
     return k, sample(p_target[k], rng)
+
+
+def verify_greedy(draft_tokens: Sequence[int], target_rows: np.ndarray) -> tuple[int, int]:
+    """verify() at temperature 0: a draft passes while it is the target's argmax. target_rows may be the raw
+    logits, whose argmax is the one-hot probabilities' argmax: no probabilities need computing."""
+    best = target_rows.argmax(axis=1)
+    for i, token in enumerate(draft_tokens):
+        if token != best[i]:
+            return i, int(best[i])
+    return len(draft_tokens), int(best[len(draft_tokens)])
