@@ -1,7 +1,7 @@
 """What could drafting give at best here, and what does auto's policy give? Replays of plain greedy answers.
 
     python benchmarks/replay.py TARGET.gguf DRAFT.gguf [--categories code_editing] [--max-tokens 128]
-        [--recording replay.json] [--auto-only] [--c-scale 1.14 --r-scale 1.03]
+        [--recording replay.json] [--auto-only] [--c-scale 1.14 --r-scale 1.03] [--calibration CAL.json]
 
 Decodes each suite prompt plainly (greedy) and reads the answer through the draft once, recording at every
 position the draft's greedy token and its probability for it (the draft as the app runs it: its CPU copy where
@@ -204,11 +204,16 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--recording", type=Path, help="a JSON file to keep the recorded answers in, or to replay from")
     ap.add_argument("--auto-only", action="store_true", help="replay auto mode only, not the (slower) ceilings")
+    ap.add_argument(
+        "--calibration", type=Path, help="price at another machine's costs: a calibration-*.json of specchat's cache"
+    )
     # 1.14 and 1.03: what a fixed-k run's fitted costs were over calibration's here (module docstring)
     ap.add_argument("--c-scale", type=float, default=1.0, help="price draft tokens at this multiple of calibration's c")
     ap.add_argument("--r-scale", type=float, default=1.0, help="price target batches at this multiple of its r(n)")
     args = ap.parse_args()
     cal, n_vocab, answers = recorded(args)
+    if args.calibration:
+        cal = Calibration.from_json(args.calibration.read_text())
     costs = Prices(cal, args.c_scale, args.r_scale)
     print(
         f"t1 = {cal.t1 * 1000:.1f} ms, c = {costs.c:.3f}; "
