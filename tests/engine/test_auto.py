@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from helpers import DESIGN_R
 from specchat.engine import Engine, GenerationSettings, VerifyStep
 from specchat.engine.calibration import K_MAX, Calibration, load_or_measure
 
 CODE = "def area(w, h):\n    result = w * h\n    return result\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
 EDIT = [{"role": "user", "content": f"Rename the variable result to out in this code:\n{CODE}"}]
-# design.md's target batch costs r(n) on two Xeon cores (interpolated in between)
-XEON_R = {2: 1.61, 3: 2.21, 4: 2.49, 5: 3.14, 9: 6.95, 16: 7.99}
+# with design.md's r(16) too: a batch of 16 costs 8 steps there
+DESIGN_R16 = {**DESIGN_R, 16: 7.99}
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +85,10 @@ def test_auto_uses_prompt_lookup_when_the_answer_repeats_the_prompt(qwen_pair, t
     engine.cache_dir = tmp_path
     try:
         real = engine.calibration()
-        # design.md's Xeon, where a batch of 16 costs 8 steps. On two AMD EPYC cores a batch of 16 took 8 to 13
-        # steps from one calibration to the next: there lookup barely pays, and whether auto tries it at all is
-        # a coin flip (its first bet failing once, it never used lookup in 80 tokens).
-        engine._calibration = Calibration(real.t1, XEON_R, real.c, real.key)
+        # design.md's costs. With an AVX-512 build on two AMD EPYC cores a batch of 16 took 8 to 13 steps from
+        # one calibration to the next: there lookup barely pays, and whether auto tries it at all is a coin flip
+        # (its first bet failing once, it never used lookup in 80 tokens).
+        engine._calibration = Calibration(real.t1, DESIGN_R16, real.c, real.key)
         events, steps = run(engine, EDIT, max_tokens=80)
     finally:
         engine.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers import DESIGN_R as CPU_R
 from specchat.engine.adaptive import CHANCE_K_MAX, EXPLORE_SHARE, AcceptanceTracker, AutoDrafter, auto_lookup
 from specchat.engine.calibration import K_MAX, Calibration
 from specchat.engine.costmodel import (
@@ -18,8 +19,6 @@ from specchat.engine.drafters import ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
 from specchat.engine.sampling import SamplingParams
 
-# design.md, measured on two EPYC cores: the Qwen2.5-Coder 1.5B target and its 0.5B draft.
-CPU_R = {2: 1.61, 3: 2.21, 4: 2.49, 5: 3.14, 9: 6.95}
 GPU_R = {n: 1.0 + 0.02 * (n - 1) for n in range(2, K_MAX + 2)}
 # Measured on two Xeon cores: llama.cpp takes a batch 4 or 16 tokens at a time, so 16 cost little more than 8.
 BLOCKY_R = {2: 1.68, 3: 2.11, 4: 1.73, 5: 2.19, 6: 2.99, 7: 3.35, 8: 3.4, 9: 3.8, 10: 4.44, 11: 4.9, 12: 4.3,

@@ -187,13 +187,14 @@ def test_no_draft_rows_reads_as_one_hot_rows(k, seed):
 
 @settings(max_examples=100, deadline=None)
 @given(k=st.integers(0, 5), seed=st.integers(0, 2**32 - 1))
-def test_greedy_on_logits_decides_as_on_probabilities(k, seed):
+def test_greedy_on_logits_decides_as_the_exact_rule_on_greedy_probabilities(k, seed):
+    """The shortcut on raw logits against the acceptance rule itself, fed temperature 0's one-hot rows."""
     rng = np.random.default_rng(seed)
     logits = rng.normal(size=(k + 1, V)).astype(np.float32)
     p_target = np.stack([probabilities(row, SamplingParams()) for row in logits])
     # Drafts that follow the argmax for a while, then may stray: both outcomes get exercised.
     drafts = [int(row.argmax()) if rng.random() < 0.7 else int(rng.integers(V)) for row in logits[:k]]
-    assert verify_greedy(drafts, logits) == verify(drafts, None, p_target, rng, greedy=True)
+    assert verify_greedy(drafts, logits) == verify(drafts, None, p_target, rng)
 
 
 def test_residual_of_identical_rows_falls_back_to_target():
@@ -206,13 +207,11 @@ def test_residual_of_identical_rows_falls_back_to_target():
 
 
 def test_greedy_accepts_exactly_the_argmax_prefix():
-    rng = np.random.default_rng(0)
     p_target = np.stack([np.eye(V)[t] * 0.6 + 0.4 / V for t in (3, 5, 7, 9)])
-    p_draft = np.ones((3, V)) / V
-    assert verify([3, 5, 7], p_draft, p_target, rng, greedy=True) == (3, 9)
-    assert verify([3, 6, 7], p_draft, p_target, rng, greedy=True) == (1, 5)
-    assert verify([4, 5, 7], p_draft, p_target, rng, greedy=True) == (0, 3)
-    assert verify([], np.empty((0, V)), p_target[:1], rng, greedy=True) == (0, 3)
+    assert verify_greedy([3, 5, 7], p_target) == (3, 9)
+    assert verify_greedy([3, 6, 7], p_target) == (1, 5)
+    assert verify_greedy([4, 5, 7], p_target) == (0, 3)
+    assert verify_greedy([], p_target[:1]) == (0, 3)
 
 
 def test_shape_mismatch_is_refused():

@@ -19,7 +19,6 @@ def verify(
     p_draft: np.ndarray | None,
     p_target: np.ndarray,
     rng: np.random.Generator,
-    greedy: bool = False,
 ) -> tuple[int, int]:
     """Return (n_accepted, next_token).
 
@@ -31,8 +30,6 @@ def verify(
     if p_target.shape[0] != k + 1 or (k and p_draft is not None and p_draft.shape[0] != k):
         shape = None if p_draft is None else p_draft.shape
         raise ValueError(f"shapes do not match k={k}: p_draft {shape}, p_target {p_target.shape}")
-    if greedy:
-        return verify_greedy(draft_tokens, p_target)
     for i, token in enumerate(draft_tokens):
         q, p = 1.0 if p_draft is None else float(p_draft[i, token]), float(p_target[i, token])
         # q == 0 cannot come from sampling the draft, but a drafter may propose anything: p > 0 accepts.
@@ -50,8 +47,8 @@ def verify(
 
 
 def verify_greedy(draft_tokens: Sequence[int], target_rows: np.ndarray) -> tuple[int, int]:
-    """verify() at temperature 0: a draft passes while it is the target's argmax. target_rows may be the raw
-    logits, whose argmax is the one-hot probabilities' argmax: no probabilities need computing."""
+    """verify() at temperature 0, where every row is one-hot at its argmax: a draft passes while it is the target's
+    argmax. target_rows may be the raw logits, whose argmax that is: no probabilities need computing."""
     best = target_rows.argmax(axis=1)
     for i, token in enumerate(draft_tokens):
         if token != best[i]:
