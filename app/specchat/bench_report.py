@@ -106,8 +106,41 @@ def _tokens_per_s_by_repeat(runs: Sequence[dict]) -> list[float]:
     ]
 
 
+def _single_step_s(runs: Sequence[dict]) -> list[float | None]:
+    """Each run's own single-token target step; for a run that took none (all drafted), that of the other runs of
+    its prompt in its repeat, which ran just before or after it. None where none of them took one."""
+    pooled: dict[tuple[str, int], list[dict]] = {}
+    for run in runs:
+        pooled.setdefault((run["id"], run["repeat"]), []).append(run)
+    steps = []
+    for run in runs:
+        s, calls = _verify_totals([run]).get(1) or _verify_totals(pooled[run["id"], run["repeat"]]).get(1, (0.0, 0))
+        steps.append(s / calls if calls else None)
+    return steps
+
+
+def _steps_per_s_by_repeat(runs: Sequence[dict], step_s: Sequence[float | None]) -> list[float] | None:
+    """_tokens_per_s_by_repeat with each run's time counted in its single-token steps (step_s, one per run): a
+    machine that slows down or speeds up between runs (shared cores) then leaves the ratio of two modes alone.
+    None where a run has no step to count in."""
+    if None in step_s:
+        return None
+    by_repeat: dict[int, list[tuple[int, float]]] = {}
+    for run, t1 in zip(runs, step_s):
+        by_repeat.setdefault(run["repeat"], []).append((run["tokens"], run["wall_s"] / t1))
+    return [sum(n for n, _ in group) / sum(u for _, u in group) for _, group in sorted(by_repeat.items())]
+
+
 def summarize(runs: Sequence[dict], fit: CostFit | None) -> list[dict]:
-    """One row per category (and ALL) and mode/k. Speedup divides by plain's median in the same category."""
+    """One row per category (and ALL) and mode/k. Speedup divides by plain's median in the same category; the
+    steady speedup does the same with each run's time in its own single-token steps (_steps_per_s_by_repeat)."""
+    runs = list(runs)
+    step_s = dict(zip(map(id, runs), _single_step_s(runs)))
+
+    def steady(group: list[dict]) -> float | None:
+        by_repeat = _steps_per_s_by_repeat(group, [step_s[id(run)] for run in group])
+        return median(by_repeat) if by_repeat else None
+
     categories = [*dict.fromkeys(run["category"] for run in runs), ALL]
     configs = list(dict.fromkeys((run["mode"], run["k"]) for run in runs))
     rows = []
@@ -115,12 +148,14 @@ def summarize(runs: Sequence[dict], fit: CostFit | None) -> list[dict]:
         in_category = [run for run in runs if category in (ALL, run["category"])]
         plain_runs = [run for run in in_category if run["mode"] == "plain"]
         plain_tps = median(_tokens_per_s_by_repeat(plain_runs)) if plain_runs else None
+        plain_steady = steady(plain_runs) if plain_runs else None
         for mode, k in configs:
             group = [run for run in in_category if (run["mode"], run["k"]) == (mode, k)]
             if not group:
                 continue
             by_repeat = _tokens_per_s_by_repeat(group)
             tps = median(by_repeat)
+            steps_per_s = steady(group)
             drafted, accepted = sum(r["drafted"] for r in group), sum(r["accepted"] for r in group)
             iterations, tokens = sum(r["iterations"] for r in group), sum(r["tokens"] for r in group)
             width = max(len(r["drafted_by_pos"]) for r in group)
@@ -147,6 +182,7 @@ def summarize(runs: Sequence[dict], fit: CostFit | None) -> list[dict]:
                     "tokens_per_s": tps,
                     "tokens_per_s_by_repeat": by_repeat,
                     "speedup": tps / plain_tps if plain_tps else None,
+                    "steady_speedup": steps_per_s / plain_steady if steps_per_s and plain_steady else None,
                     "predicted_speedup": predicted,
                     "alpha": alpha,
                     "acceptance_rate": accepted / drafted if drafted else None,
@@ -210,20 +246,24 @@ def render_markdown(report: dict, plot_files: Sequence[str]) -> str:
         f"seed {settings['seed']}. One warm-up generation before timing; each repeat runs every prompt through "
         "every mode back to back, alternating their order, so drift hits all modes alike. Tokens/s counts "
         "generation only (prompt processing apart) and is the median over repeats of each repeat's total "
-        "tokens over total time; speedup divides by plain decoding's median in the same category of this run.",
+        "tokens over total time; speedup divides by plain decoding's median in the same category of this run. "
+        "Steady speedup does the same with each run's time counted in its own single-token target steps (a run "
+        "that took none: those of its prompt's other runs in its repeat), which takes out the machine's drift "
+        "from one run to the next where other work shares it.",
         "",
         "## Results",
         "",
-        "| category | mode | tok/s | speedup | predicted | acceptance | accepted/step | tokens/step | "
+        "| category | mode | tok/s | speedup | steady speedup | predicted | acceptance | accepted/step | tokens/step | "
         "acceptance by draft position |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["summary"]:
         by_pos = " ".join(_fmt(a, ".0%") for a in row["acceptance_by_pos"]) or "-"
         lines.append(
             f"| {row['category']} | {config_label(row['mode'], row['k'])} | {row['tokens_per_s']:.2f} | "
-            f"{_fmt(row['speedup'], '.2f', 'x')} | {_fmt(row['predicted_speedup'], '.2f', 'x')} | "
-            f"{_fmt(row['acceptance_rate'], '.0%')} | {_fmt(row['mean_accepted'])} | "
+            f"{_fmt(row['speedup'], '.2f', 'x')} | {_fmt(row['steady_speedup'], '.2f', 'x')} | "
+            f"{_fmt(row['predicted_speedup'], '.2f', 'x')} | {_fmt(row['acceptance_rate'], '.0%')} | "
+            f"{_fmt(row['mean_accepted'])} | "
             f"{row['tokens_per_iteration']:.2f} | {by_pos} |"
         )
     lines += ["", "## Cost model (design.md) fitted on this run", ""]

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from specchat.bench import load_suite, run_configs
-from specchat.bench_report import ALL, fit_cost_model, median, solve_alpha
+from specchat.bench_report import ALL, fit_cost_model, median, solve_alpha, summarize
 from specchat.engine import costmodel
 from specchat.errors import SpecchatError
 from specchat.plots import nice_ticks
@@ -82,6 +82,45 @@ def test_cost_model_fit_follows_design_md_definitions():
     # Lookup's steps are costed at the batch sizes they used: (20 steps + 30 accepted) / (25 + 16 + 2 + 0.056).
     assert fit.predicted_speedup("lookup", runs[3:]) == pytest.approx(50 / 43.056)
     assert fit.predicted_speedup("plain", runs[:2]) is None
+
+
+def _timed(prompt: str, repeat: int, mode: str, by_n: dict[int, tuple[float, int]], drafted: int = 0) -> dict:
+    """A run of 10 tokens taking exactly its verify steps, the way `specchat bench` records it."""
+    return {
+        **_record(mode, by_n, drafted=drafted, accepted=drafted),
+        "id": prompt,
+        "category": prompt,
+        "repeat": repeat,
+        "k": 0,
+        "tokens": 10,
+        "wall_s": sum(s for s, _ in by_n.values()),
+        "drafted_by_pos": [],
+        "accepted_by_pos": [],
+        "strategy": mode,
+        "prompt_s": 0.0,
+    }
+
+
+def test_steady_speedup_counts_each_run_in_its_own_steps_so_drift_between_runs_drops_out():
+    runs = []
+    for repeat, slowdown in ((0, 1.0), (1, 2.0)):  # in repeat 1 the machine ran at half speed for one auto run
+        runs += [
+            _timed("copy", repeat, "plain", {1: (1.0, 10)}),
+            # Five batches of 2 at r(2) = 1.5, all drafts passing: no single-token step of its own, so it counts
+            # in the plain run's steps beside it.
+            _timed("copy", repeat, "auto", {2: (0.75, 5)}, drafted=5),
+            _timed("prose", repeat, "plain", {1: (1.0, 10)}),
+            _timed("prose", repeat, "auto", {1: (1.0 * slowdown, 10)}),
+        ]
+    rows = {(row["category"], row["mode"]): row for row in summarize(runs, None)}
+    # 20 tokens in 10 + 7.5 steps, in both repeats; tokens/s says 1.14x in repeat 0 and 0.73x in repeat 1.
+    assert rows[ALL, "auto"]["steady_speedup"] == pytest.approx(20 / 17.5)
+    assert rows[ALL, "auto"]["speedup"] == pytest.approx(median([20 / 1.75, 20 / 2.75]) / 10)
+    assert rows["prose", "auto"]["steady_speedup"] == pytest.approx(1.0)
+    assert rows["copy", "auto"]["steady_speedup"] == pytest.approx(10 / 7.5)
+    # Without a single-token step anywhere in its prompt's repeat, a run has no steps to count in.
+    alone = summarize([run for run in runs if run["id"] == "copy" and run["mode"] == "auto"], None)
+    assert {row["steady_speedup"] for row in alone} == {None}
 
 
 def test_cost_model_is_not_fitted_without_single_token_steps():
