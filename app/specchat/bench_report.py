@@ -95,14 +95,14 @@ def fit_cost_model(runs: Sequence[dict]) -> CostFit | None:
     return CostFit(t1_s=t1, r=r, c=c)
 
 
-def _tokens_per_s_by_repeat(runs: Sequence[dict]) -> list[float]:
-    """Throughput of each repeat over the group's prompts: total tokens over total generation time."""
-    by_repeat: dict[int, list[dict]] = {}
-    for run in runs:
-        by_repeat.setdefault(run["repeat"], []).append(run)
+def _tokens_per_s_by_repeat(runs: Sequence[dict], units: Sequence[float] | None = None) -> list[float]:
+    """Throughput of each repeat over the group's prompts: total tokens over total generation time, with each
+    run's time in units of that run's units[i] seconds where given (its single-token step: _single_step_s)."""
+    by_repeat: dict[int, list[tuple[int, float]]] = {}
+    for i, run in enumerate(runs):
+        by_repeat.setdefault(run["repeat"], []).append((run["tokens"], run["wall_s"] / (units[i] if units else 1.0)))
     return [
-        sum(r["tokens"] for r in group) / max(sum(r["wall_s"] for r in group), 1e-9)
-        for _, group in sorted(by_repeat.items())
+        sum(n for n, _ in group) / max(sum(t for _, t in group), 1e-9) for _, group in sorted(by_repeat.items())
     ]
 
 
@@ -119,27 +119,16 @@ def _single_step_s(runs: Sequence[dict]) -> list[float | None]:
     return steps
 
 
-def _steps_per_s_by_repeat(runs: Sequence[dict], step_s: Sequence[float | None]) -> list[float] | None:
-    """_tokens_per_s_by_repeat with each run's time counted in its single-token steps (step_s, one per run): a
-    machine that slows down or speeds up between runs (shared cores) then leaves the ratio of two modes alone.
-    None where a run has no step to count in."""
-    if None in step_s:
-        return None
-    by_repeat: dict[int, list[tuple[int, float]]] = {}
-    for run, t1 in zip(runs, step_s):
-        by_repeat.setdefault(run["repeat"], []).append((run["tokens"], run["wall_s"] / t1))
-    return [sum(n for n, _ in group) / sum(u for _, u in group) for _, group in sorted(by_repeat.items())]
-
-
 def summarize(runs: Sequence[dict], fit: CostFit | None) -> list[dict]:
     """One row per category (and ALL) and mode/k. Speedup divides by plain's median in the same category; the
-    steady speedup does the same with each run's time in its own single-token steps (_steps_per_s_by_repeat)."""
+    steady speedup does the same with each run's time counted in its own single-token steps, so that the machine
+    slowing down or speeding up between runs (shared cores) leaves the ratio of two modes alone."""
     runs = list(runs)
     step_s = dict(zip(map(id, runs), _single_step_s(runs)))
 
     def steady(group: list[dict]) -> float | None:
-        by_repeat = _steps_per_s_by_repeat(group, [step_s[id(run)] for run in group])
-        return median(by_repeat) if by_repeat else None
+        units = [step_s[id(run)] for run in group]
+        return None if None in units else median(_tokens_per_s_by_repeat(group, units))
 
     categories = [*dict.fromkeys(run["category"] for run in runs), ALL]
     configs = list(dict.fromkeys((run["mode"], run["k"]) for run in runs))

@@ -174,8 +174,7 @@ class AutoDrafter(Drafter):
         self.r = self.costs.r
         self.lookup, self.model = lookup, model
         # A longer match predicts a copy better: prose repeats pairs of tokens by chance, edited code and
-        # summaries repeat whole lines. Each band of match lengths learns its own acceptance. Once a copy's first
-        # token is right, the next ones mostly are too (greedy on the built-in suite: 75-90%).
+        # summaries repeat whole lines. Each band of match lengths learns its own acceptance, from LOOKUP_PRIORS.
         self.lookup_sources = {
             n: Source(
                 f"prompt lookup ({_band_name(n)} match)",
