@@ -222,7 +222,9 @@ class ModelsView:
                 if job.cancel.is_set():
                     yield _only(cancelling(job))
                 elif p is not None:
-                    yield _only(progress_html(p.stage, _progress_text(p), p.fraction))
+                    # A file done is not the pair done: "done" is kept for the end, which tests and users wait for.
+                    stage = "downloading" if p.stage == "done" else p.stage
+                    yield _only(progress_html(stage, _progress_text(p), p.fraction))
         finally:
             job.cancel.set()  # a tab closed mid-download stops it rather than leaving it running unseen
             with self._job_guard:
