@@ -4,7 +4,8 @@
 
 "sure" at position t: the target's top probability was at least 0.9 at each of positions t-4..t-1 (all known
 before drafting t). Rates: P(match at t), then P(match at t+i | matches before it), i = 1..3. target_top.json is
-the target's top probability at each position of replay-greedy.json's answers (the Xeon's Q4_K_M target).
+the target's top probability at each position of replay-greedy.json's answers (the Xeon's Q4_K_M target), as
+policy.diff's record() in benchmarks/replay.py takes it.
 """
 
 import json
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from specchat.engine.llama_backend import common_prefix
+
 HERE = Path(__file__).parent
 saved = json.loads((HERE.parent / "replay-greedy.json").read_text())
 target_top = json.loads((HERE / "target_top.json").read_text())
@@ -20,9 +23,7 @@ runs = defaultdict(list)
 for a in saved["answers"]:
     top, tokens, guesses = np.array(target_top[a["id"]]), a["tokens"], a["guesses"]
     for t in range(4, len(tokens)):
-        run = 0
-        while t + run < len(tokens) and guesses[t + run] == tokens[t + run]:
-            run += 1
+        run = common_prefix(guesses[t:], tokens[t:])
         state = "sure" if top[t - 4 : t].min() >= 0.9 else "unsure"
         runs[(state, a["category"])].append(run)
         runs[(state, "all")].append(run)
