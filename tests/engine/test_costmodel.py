@@ -179,6 +179,18 @@ def test_plain_steps_that_leave_a_match_keep_lookup_from_drafting_it():
     assert band.rates(1)[0] < 0.5 < auto(ZEN5_R, None).lookup_sources[8].tracker.rates(1)[0]
 
 
+def test_a_new_turn_does_not_judge_what_lookup_proposed_in_the_last_one():
+    rng = np.random.default_rng(0)
+    source = list(range(10, 99))
+    drafter = auto(ZEN5_R, None)
+    assert drafter.propose(source + source[:8], K_MAX, SamplingParams(), rng)[0] == []  # proposed 18, not drafted
+    before = drafter.lookup_sources[8].tracker.rates(1)
+    turn = [*source, *source[:8], 7, 8, 9]  # the answer ended; the next prompt's text follows, not the proposal
+    drafter.prefill(turn)
+    drafter.propose(turn, K_MAX, SamplingParams(), rng)
+    assert drafter.lookup_sources[8].tracker.rates(1) == before
+
+
 def test_a_likely_chance_repeat_drafts_short_even_where_batches_are_free():
     rng = np.random.default_rng(0)
     drafter = auto(GPU_R, None)
