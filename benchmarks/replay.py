@@ -2,6 +2,7 @@
 
     python benchmarks/replay.py TARGET.gguf DRAFT.gguf [--categories code_editing] [--max-tokens 128]
         [--recording replay.json] [--auto-only] [--c-scale 1.14 --r-scale 1.03] [--calibration CAL.json]
+        [--r-long R]
 
 Decodes each suite prompt plainly (greedy) and reads the answer through the draft once, recording at every
 position the draft's greedy token and its probability for it (the draft as the app runs it: its CPU copy where
@@ -29,7 +30,7 @@ import argparse
 import json
 import math
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +39,7 @@ from specchat.bench import BUILTIN, load_suite
 from specchat.catalog import cache_dir
 from specchat.engine import Engine, GenerationSettings
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
-from specchat.engine.calibration import K_MAX, Calibration
+from specchat.engine.calibration import K_LONG, K_MAX, Calibration
 from specchat.engine.drafters import ModelDrafter
 from specchat.engine.llama_backend import common_prefix
 from specchat.engine.sampling import SamplingParams
@@ -118,7 +119,7 @@ def ceilings(answer: Answer, costs: Prices, n_vocab: int) -> list[float]:
     the prompt along with the target."""
     tokens = answer.tokens
     finder = auto_lookup(n_vocab)
-    copies = [common_prefix(finder.find(answer.prompt + tokens[:t], K_MAX), tokens[t:]) for t in range(len(tokens))]
+    copies = [common_prefix(finder.find(answer.prompt + tokens[:t], K_LONG), tokens[t:]) for t in range(len(tokens))]
     agree = [common_prefix(answer.guesses[t:], tokens[t:]) for t in range(len(tokens))]
     return [_cheapest(copies, agree, costs, lookup, model) for lookup, model in ((1, 0), (0, 1), (1, 1))]
 
@@ -140,9 +141,10 @@ def _cheapest(copies: list[int], agree: list[int], costs: Prices, lookup: bool, 
         room = n - t - 1  # the last token is the target's own
         for held, spent in best[t].items():
             go(t + 1, held, spent + 1.0)
-            right = min(copies[t], room)
-            if lookup and right:
-                go(t + right + 1, held, spent + costs.r(right + 1))
+            if lookup and copies[t] and room:
+                for k in range(1, min(K_LONG, room) + 1):  # drafting k tokens of which the first `right` pass
+                    right = min(copies[t], k)
+                    go(t + right + 1, held, spent + costs.r(k + 1))
             if model:
                 catch_up = costs.catch_up(t + 1 - held)
                 for k in range(1, min(K_MAX, room) + 1):
@@ -162,7 +164,7 @@ def replayed_cost(answer: Answer, calibration: Calibration, n_vocab: int, costs:
     tokens, t, spent_s = answer.tokens, 0, 0.0
     while t < len(tokens):
         before = recorded.seconds
-        drafts, _ = auto.propose(context, min(K_MAX, len(tokens) - t - 1), SamplingParams(), None)
+        drafts, _ = auto.propose(context, min(K_LONG, len(tokens) - t - 1), SamplingParams(), None)
         draft_s, verify_s = recorded.seconds - before, costs.r(len(drafts) + 1) * costs.t1
         accepted = common_prefix(drafts, tokens[t:])
         auto.observe(len(drafts), accepted, draft_s, verify_s)
@@ -210,10 +212,15 @@ def main() -> None:
     # 1.14 and 1.03: what a fixed-k run's fitted costs were over calibration's here (module docstring)
     ap.add_argument("--c-scale", type=float, default=1.0, help="price draft tokens at this multiple of calibration's c")
     ap.add_argument("--r-scale", type=float, default=1.0, help="price target batches at this multiple of its r(n)")
+    ap.add_argument(
+        "--r-long", type=float, help=f"r({K_LONG + 1}) for a calibration that did not measure it (else never drafted)"
+    )
     args = ap.parse_args()
     cal, n_vocab, answers = recorded(args)
     if args.calibration:
         cal = Calibration.from_json(args.calibration.read_text())
+    if args.r_long and K_LONG + 1 not in cal.r:
+        cal = replace(cal, r={**cal.r, K_LONG + 1: args.r_long})
     costs = Prices(cal, args.c_scale, args.r_scale)
     print(
         f"t1 = {cal.t1 * 1000:.1f} ms, c = {costs.c:.3f}; "

@@ -6,7 +6,7 @@ import pytest
 
 from helpers import DESIGN_R
 from specchat.engine import Engine, GenerationSettings, VerifyStep
-from specchat.engine.calibration import K_MAX, Calibration, load_or_measure
+from specchat.engine.calibration import BATCH_SIZES, K_LONG, K_MAX, Calibration, load_or_measure
 
 CODE = "def area(w, h):\n    result = w * h\n    return result\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
 EDIT = [{"role": "user", "content": f"Rename the variable result to out in this code:\n{CODE}"}]
@@ -35,7 +35,7 @@ def run(engine, messages, **kw) -> tuple[list, list[tuple[str, VerifyStep]]]:
 def test_calibration_measures_once_and_is_cached(tiny):
     cal = tiny.calibration()
     assert cal.t1 > 0 and cal.c is not None and cal.c > 0
-    assert sorted(cal.r) == list(range(2, K_MAX + 2)) and all(v > 0 for v in cal.r.values())
+    assert sorted(cal.r) == list(BATCH_SIZES) and all(v > 0 for v in cal.r.values())
     files = list(tiny.cache_dir.glob("calibration-*.json"))
     assert len(files) == 1
     stamp = files[0].stat().st_mtime_ns
@@ -96,6 +96,26 @@ def test_auto_uses_prompt_lookup_when_the_answer_repeats_the_prompt(qwen_pair, t
     assert any(s.startswith("prompt lookup") for s, _ in steps), {s for s, _ in steps}
     assert stats.accepted > 10
     assert "out = w * h" in "".join(e.text for e in events)
+
+
+def test_a_long_copy_drafts_the_long_batch_and_stays_exact(qwen_pair, tmp_path):
+    code = "".join(f"def f{i}(x):\n    return x * {i} + {i * i}\n\n" for i in range(8))
+    engine = Engine.load(*qwen_pair)
+    engine.cache_dir = tmp_path
+    try:
+        real = engine.calibration()
+        # A GPU-like machine, where a batch of 32 costs hardly more than one of 16.
+        engine._calibration = Calibration(real.t1, {n: 1.0 + 0.02 * n for n in BATCH_SIZES}, real.c, real.key)
+        messages = [{"role": "user", "content": f"Repeat this code exactly, with no comment:\n{code}"}]
+        events, steps = run(engine, messages, max_tokens=160)
+    finally:
+        engine.close()
+    long = [step for strategy, step in steps if len(step.drafts) == K_LONG]
+    assert long and all("16-gram or longer" in s for s, step in steps if step in long), {s for s, _ in steps}
+    assert max(step.n_accepted for step in long) > K_MAX
+    for _, step in steps:  # greedy: what passed is the target's own choice, position by position
+        assert step.drafts[: step.n_accepted] == step.logits.argmax(axis=1)[: step.n_accepted].tolist()
+    assert "def f6(x):\n    return x * 6 + 36" in "".join(e.text for e in events)
 
 
 def test_auto_keeps_what_it_learned_for_the_conversation_and_the_costs_for_the_machine(tiny):

@@ -7,7 +7,7 @@ import pytest
 
 from helpers import DESIGN_R as CPU_R
 from specchat.engine.adaptive import CHANCE_K_MAX, EXPLORE_SHARE, AcceptanceTracker, AutoDrafter, auto_lookup
-from specchat.engine.calibration import K_MAX, Calibration
+from specchat.engine.calibration import K_LONG, K_MAX, Calibration
 from specchat.engine.costmodel import (
     best_k,
     expected_tokens,
@@ -30,6 +30,9 @@ EPYC_R = {2: 1.99, 3: 2.61, 4: 3.27, 5: 3.81, 6: 4.68, 7: 5.76, 8: 7.41, 9: 8.6,
 # Calibrated on two AMD EPYC Zen 5 cores (family 26, AVX-512): the same shape, 16 a little cheaper.
 ZEN5_R = {2: 1.95, 3: 2.67, 4: 3.17, 5: 3.92, 6: 4.63, 7: 5.33, 8: 5.92, 9: 6.34, 10: 7.02, 11: 7.28, 12: 7.0,
           13: 7.71, 14: 8.03, 15: 8.36, 16: 6.75}
+# The same machine another day, with a batch of 32: 0.30 steps a token against 0.33 for 16.
+ZEN5_LONG_R = {2: 1.82, 3: 2.42, 4: 3.04, 5: 3.71, 6: 4.5, 7: 5.13, 8: 5.38, 9: 5.5, 10: 5.8, 11: 5.98, 12: 6.01,
+               13: 5.99, 14: 6.75, 15: 6.54, 16: 5.36, 32: 9.58}
 
 
 def test_expected_tokens_matches_its_series():
@@ -150,6 +153,37 @@ def test_where_only_the_long_batch_pays_a_copy_in_progress_drafts_into_it_and_a_
     assert drafter.propose([*source, *source[:8]], K_MAX, SamplingParams(), rng)[0] == []
     tokens, _ = drafter.propose([*source, *source[:16]], K_MAX, SamplingParams(), rng)
     assert tokens == source[16 : 16 + K_MAX] and "16-gram or longer" in drafter.name
+
+
+def copy_lengths(r: dict[int, float], source_len: int = 200) -> list[int]:
+    """The draft lengths auto takes along an answer that copies its input to the end, every draft accepted."""
+    rng = np.random.default_rng(0)
+    drafter = auto(r, None)
+    source = list(range(10, 10 + source_len))
+    out = source[:16]  # a copy in progress
+    lengths = []
+    while len(out) < len(source):
+        room = len(source) - len(out) - 1  # as the loop leaves the last token to the target
+        tokens, _ = drafter.propose(source + out, min(K_LONG, room), SamplingParams(), rng)
+        assert tokens == source[len(out) : len(out) + len(tokens)]
+        judge(drafter, len(tokens), len(tokens))
+        lengths.append(len(tokens))
+        out = source[: len(out) + len(tokens) + 1]
+    return lengths
+
+
+def test_a_copy_in_progress_drafts_the_long_batch_where_it_costs_less_a_token():
+    lengths = copy_lengths(ZEN5_LONG_R)
+    assert lengths[0] == K_MAX and K_LONG in lengths, lengths
+    # Batch sizes between 16 and 32 were never measured (they cost more a token than either): never drafted, even
+    # where the answer has room for only 19 more drafts after its first 16 tokens.
+    assert all(n <= K_MAX or n == K_LONG for n in lengths), lengths
+    assert copy_lengths(ZEN5_LONG_R, source_len=16 + K_MAX + 1 + 20)[:2] == [K_MAX, K_MAX]
+
+
+def test_a_copy_in_progress_stays_at_16_where_32_cost_twice_as_much_or_were_not_measured():
+    assert max(copy_lengths({**BLOCKY_R, 32: 9.0})) == K_MAX  # 0.27 steps a token at 16, 0.28 at 32
+    assert max(copy_lengths(ZEN5_R)) == K_MAX  # a calibration from before batches of 32 were measured
 
 
 def test_plain_steps_teach_lookup_that_a_copy_goes_on():

@@ -9,9 +9,11 @@ plain step also judges, for free, what prompt lookup would have drafted from a l
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from specchat.engine.calibration import K_MAX, Calibration
+from specchat.engine.calibration import BATCH_SIZES, K_LONG, K_MAX, Calibration
 from specchat.engine.costmodel import expected_tokens_by_position, interpolate_r
 from specchat.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from specchat.engine.sampling import SamplingParams
@@ -111,7 +113,8 @@ class LiveCosts:
     def __init__(self, calibration: Calibration, weight: float = 0.2):
         r = interpolate_r(calibration.r)
         self.t1 = calibration.t1
-        self.ratios = {n: _plausible(n, r(n)) for n in range(2, K_MAX + 2)}
+        # Calibrations from before K_LONG lack its batch: a long copy then drafts no more than K_MAX.
+        self.ratios = {n: _plausible(n, r(n)) for n in BATCH_SIZES if n <= K_MAX + 1 or n in calibration.r}
         self.c = calibration.c or 0.0
         self.weight = weight
 
@@ -127,7 +130,8 @@ class LiveCosts:
             self.c = self._move(self.c, draft_s / n_model_drafts / self.t1)
 
     def r(self, n: int) -> float:
-        return 1.0 if n <= 1 else self.ratios[min(n, K_MAX + 1)]
+        """A batch size that was not measured is priced out of every plan."""
+        return 1.0 if n <= 1 else self.ratios.get(n, math.inf)
 
 
 class Source:
@@ -137,7 +141,7 @@ class Source:
         self, name: str, cost: float, prior: float, later_prior: float | None = None, k_max: int = K_MAX
     ):
         self.name, self.cost, self.k_max = name, cost, k_max
-        self.tracker = AcceptanceTracker(prior, later_prior)
+        self.tracker = AcceptanceTracker(prior, later_prior, k_max=k_max)
         self.probe_loss_s = 0.0  # what probes of this source have lost against plain steps (less what they won)
 
     def speedups(self, r, k_max: int) -> list[float]:
@@ -182,7 +186,7 @@ class AutoDrafter(Drafter):
                 cost=0.0,
                 prior=first,
                 later_prior=later,
-                k_max=CHANCE_K_MAX if n < LOOKUP_BANDS[2] else K_MAX,
+                k_max=CHANCE_K_MAX if n < LOOKUP_BANDS[2] else K_LONG if n == LOOKUP_BANDS[-1] else K_MAX,
             )
             for n, (first, later) in LOOKUP_PRIORS.items()
         }
@@ -211,7 +215,7 @@ class AutoDrafter(Drafter):
     def propose(self, context, k, params: SamplingParams, rng):
         self._last = (None, False)
         self._judge_shadow(context)
-        k = min(k, K_MAX)
+        k = min(k, K_LONG)
         if k <= 0:
             return super().propose(context, k, params, rng)
         found = self.lookup.find(context, k)
@@ -224,6 +228,7 @@ class AutoDrafter(Drafter):
                 return step
             if band >= LOOKUP_BANDS[2]:
                 self._shadow = (source, len(context), found[0])
+        k = min(k, K_MAX)  # only a copy in progress is right often enough for longer drafts to pay
         if self.model_source is not None:
             min_gain = MIN_GAIN if self.model.behind(context) <= k else MODEL_MIN_GAIN
             step = self._try(self.model_source, k, min_gain, lambda n: self.model.propose(context, n, params, rng))

@@ -19,6 +19,12 @@ from specchat.engine.llama_backend import LlamaModel
 # r(n) is far from linear on a CPU: llama.cpp's kernels take a batch 4 or 16 tokens at a time, and on two cores
 # here 16 tokens cost 4.3 steps against 3.4 for 8 (0.27 against 0.43 a token), which a long copy can use.
 K_MAX = 15
+# A copy in progress (prompt lookup from a match of 16 tokens or more; on the built-in suite's greedy answers each
+# of its draft tokens was right 97-98% of the time) may draft up to K_LONG tokens, where a batch of K_LONG + 1 costs
+# less a token than one of 16: on two Zen 5 cores 0.28 steps a token against 0.33. Between the two, batches cost
+# more a token (31 tokens: 0.34), so no draft length there is measured or chosen.
+K_LONG = 31
+BATCH_SIZES = (*range(2, K_MAX + 2), K_LONG + 1)
 TIMING_TEXT = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n" * 4
 
 
@@ -77,14 +83,14 @@ def measure(target: LlamaModel, draft: LlamaModel | None, rounds: int = 4) -> Ca
     over rounds: the machine's speed drifts with other work, so only times taken together make sound ratios (and
     batches of mixed sizes, as in real decoding, not the same batch over and over)."""
     context = target.tokenize(TIMING_TEXT)
-    probe = context[: K_MAX + 1]
+    probe = context[: K_LONG + 1]
     for model in (target, draft):
         if model is not None:
             model.eval_prefix(context)
             decode_seconds(model, probe[:1])  # warm-up: first decodes pay for allocations
     t1s: list[float] = []
     cs: list[float] = []
-    ratios: dict[int, list[float]] = {n: [] for n in range(2, K_MAX + 2)}
+    ratios: dict[int, list[float]] = {n: [] for n in BATCH_SIZES}
     for _ in range(rounds):
         t1 = decode_seconds(target, probe[:1])
         t1s.append(t1)
@@ -113,7 +119,7 @@ def load_or_measure(
     if path is not None and path.is_file():
         try:
             cal = Calibration.from_json(path.read_text())
-            if cal.key == key and set(cal.r) >= set(range(2, K_MAX + 2)):  # older versions measured fewer lengths
+            if cal.key == key and set(cal.r) >= set(BATCH_SIZES):  # older versions measured fewer lengths
                 return cal
         except (ValueError, KeyError):
             pass  # an unreadable cache is measured again

@@ -17,7 +17,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from specchat.compat import check_pair
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
-from specchat.engine.calibration import K_MAX, Calibration, load_or_measure
+from specchat.engine.calibration import K_LONG, Calibration, load_or_measure
 from specchat.engine.draft_copy import choose_draft
 from specchat.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
@@ -28,14 +28,14 @@ from specchat.engine.verify import verify, verify_greedy
 from specchat.errors import IncompatibleModelsError, SpecchatError
 
 MODES = ("auto", "speculative", "lookup", "plain")
-# Modes that draft the asked k every step; auto picks its own length (up to K_MAX), plain drafts nothing.
+# Modes that draft the asked k every step; auto picks its own length (up to K_LONG), plain drafts nothing.
 FIXED_K_MODES = ("speculative", "lookup")
 
 
 @dataclass(frozen=True)
 class GenerationSettings:
     mode: str = "auto"  # one of MODES
-    k: int = 4  # draft length of speculative and lookup modes; auto chooses its own, step by step, up to K_MAX
+    k: int = 4  # draft length of speculative and lookup modes; auto chooses its own, step by step, up to K_LONG
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int | None = 0
     max_tokens: int = 256
@@ -198,7 +198,7 @@ class Engine:
         stats = self.last_stats = Stats(mode=settings.mode, strategy=drafter.name)
         text = TextStream(settings.stop)
         context = list(prompt)  # prompt + output; context[-1] is `last`
-        k_max = settings.k if settings.mode in FIXED_K_MODES else K_MAX
+        k_max = settings.k if settings.mode in FIXED_K_MODES else K_LONG
 
         n_before, t0 = target.n_decoded, time.perf_counter()
         if len(context) > 1:
