@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specchat.engine.sampling import _SAMPLE_BLOCK, SamplingParams, probabilities, sample
+from specchat.engine.sampling import _SAMPLE_BLOCK, ProbabilityRows, SamplingParams, probabilities, sample
 from specchat.engine.verify import verify, verify_greedy
 
 V = 12
@@ -183,6 +183,24 @@ def test_no_draft_rows_reads_as_one_hot_rows(k, seed):
     assert verify(drafts, None, p_target, np.random.default_rng(seed)) == verify(
         drafts, one_hot_rows, p_target, np.random.default_rng(seed)
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(k=st.integers(0, 8), seed=st.integers(0, 2**32 - 1), top_p=st.sampled_from([1.0, 0.8]))
+def test_target_rows_computed_as_read_decide_as_all_rows_and_only_up_to_the_decision(k, seed, top_p):
+    """The loop passes ProbabilityRows: verify must decide as with every row computed, draw for draw, having computed
+    only the rows up to the first rejection (or the bonus row) -- a 32-token batch's rows cost tens of ms."""
+    rng = np.random.default_rng(seed)
+    params = SamplingParams(0.7, top_p=top_p)
+    logits = (rng.normal(size=(k + 1, V)) * 2).astype(np.float32)
+    p_draft = np.stack([probabilities(row, params) for row in rng.normal(size=(k, V)) * 2]) if k else None
+    drafts = [sample(row, rng) for row in p_draft] if k else []
+    rows = ProbabilityRows(logits, params)
+    n, nxt = verify(drafts, p_draft, rows, np.random.default_rng(seed))
+    p_target = np.stack([probabilities(row, params) for row in logits])
+    assert (n, nxt) == verify(drafts, p_draft, p_target, np.random.default_rng(seed))
+    assert sorted(rows._rows) == list(range(n + 1))
+    assert all(np.array_equal(rows[i], p_target[i]) for i in range(k + 1))
 
 
 @settings(max_examples=100, deadline=None)

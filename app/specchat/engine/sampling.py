@@ -57,9 +57,23 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     return p
 
 
-def probability_rows(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """probabilities() of every row of (n, V) logits (greedy verification needs none: verify_greedy)."""
-    return np.stack([probabilities(row, params) for row in logits])
+class ProbabilityRows(Sequence[np.ndarray]):
+    """probabilities() of each row of (n, V) logits, computed when first read: verification reads the rows only up
+    to the first rejection, and each costs about a millisecond (a row of 151936 floats). Computing and stacking all
+    of a 32-token batch's rows took 5.5% of auto mode's time on a code edit at temperature 0.7 (two Zen 4 cores)."""
+
+    def __init__(self, logits: np.ndarray, params: SamplingParams):
+        """logits: (n, V), which must stay unchanged while rows are read (llama.cpp's buffer until its next decode)."""
+        self._logits, self._params = logits, params
+        self._rows: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self._logits)
+
+    def __getitem__(self, i: int) -> np.ndarray:  # rows only: verification reads no slices
+        if i not in self._rows:
+            self._rows[i] = probabilities(self._logits[i], self._params)
+        return self._rows[i]
 
 
 def _support(p: np.ndarray, params: SamplingParams) -> np.ndarray | None:

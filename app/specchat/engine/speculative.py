@@ -21,7 +21,7 @@ from specchat.engine.calibration import K_LONG, Calibration, load_or_measure
 from specchat.engine.draft_copy import choose_draft
 from specchat.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
-from specchat.engine.sampling import SamplingParams, probability_rows
+from specchat.engine.sampling import ProbabilityRows, SamplingParams
 from specchat.engine.stats import Stats
 from specchat.engine.text import TextStream
 from specchat.engine.verify import verify, verify_greedy
@@ -236,7 +236,7 @@ class Engine:
                 if params.greedy:
                     n_acc, next_token = verify_greedy(drafts, logits)
                 else:
-                    n_acc, next_token = verify(drafts, p_draft, probability_rows(logits, params), rng)
+                    n_acc, next_token = verify(drafts, p_draft, ProbabilityRows(logits, params), rng)
                 target.rollback(len(context) + n_acc)
                 drafter.observe(len(drafts), n_acc, t_verify - t_draft, t_sample - t_verify)
                 stats.draft_s += t_verify - t_draft

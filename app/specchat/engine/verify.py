@@ -17,21 +17,23 @@ from specchat.engine.sampling import sample
 def verify(
     draft_tokens: Sequence[int],
     p_draft: np.ndarray | None,
-    p_target: np.ndarray,
+    p_target: Sequence[np.ndarray],
     rng: np.random.Generator,
 ) -> tuple[int, int]:
     """Return (n_accepted, next_token).
 
     draft_tokens: k proposed ids; p_draft: (k, V) the distributions they were drawn from, or None for
     one-hot rows at the drafted tokens (prompt lookup's: 15 such rows of 151936 floats are not worth building);
-    p_target: (k+1, V), row i the target's distribution after the prefix plus the first i draft tokens.
+    p_target: k+1 rows of V, row i the target's distribution after the prefix plus the first i draft tokens; only
+    the rows up to the first rejection are read (a (k+1, V) array, or sampling.ProbabilityRows, which computes them
+    as they are read).
     """
     k = len(draft_tokens)
-    if p_target.shape[0] != k + 1 or (k and p_draft is not None and p_draft.shape[0] != k):
+    if len(p_target) != k + 1 or (k and p_draft is not None and p_draft.shape[0] != k):
         shape = None if p_draft is None else p_draft.shape
-        raise ValueError(f"shapes do not match k={k}: p_draft {shape}, p_target {p_target.shape}")
+        raise ValueError(f"shapes do not match k={k}: p_draft {shape}, {len(p_target)} rows of p_target")
     for i, token in enumerate(draft_tokens):
-        q, p = 1.0 if p_draft is None else float(p_draft[i, token]), float(p_target[i, token])
+        q, p = 1.0 if p_draft is None else float(p_draft[i, token]), float(p_target[i][token])
         # q == 0 cannot come from sampling the draft, but a drafter may propose anything: p > 0 accepts.
         if p >= q or rng.random() * q < p:
             continue
