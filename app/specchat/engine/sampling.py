@@ -65,15 +65,12 @@ class ProbabilityRows(Sequence[np.ndarray]):
     def __init__(self, logits: np.ndarray, params: SamplingParams):
         """logits: (n, V), which must stay unchanged while rows are read (llama.cpp's buffer until its next decode)."""
         self._logits, self._params = logits, params
-        self._rows: dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
         return len(self._logits)
 
-    def __getitem__(self, i: int) -> np.ndarray:  # rows only: verification reads no slices
-        if i not in self._rows:
-            self._rows[i] = probabilities(self._logits[i], self._params)
-        return self._rows[i]
+    def __getitem__(self, i: int) -> np.ndarray:  # rows only, each computed on every read: verify() reads each once
+        return probabilities(self._logits[i], self._params)
 
 
 def _support(p: np.ndarray, params: SamplingParams) -> np.ndarray | None:

@@ -33,18 +33,19 @@ def verify(
         shape = None if p_draft is None else p_draft.shape
         raise ValueError(f"shapes do not match k={k}: p_draft {shape}, {len(p_target)} rows of p_target")
     for i, token in enumerate(draft_tokens):
-        q, p = 1.0 if p_draft is None else float(p_draft[i, token]), float(p_target[i][token])
+        target_row = p_target[i]  # read once: ProbabilityRows computes a row on each read
+        q, p = 1.0 if p_draft is None else float(p_draft[i, token]), float(target_row[token])
         # q == 0 cannot come from sampling the draft, but a drafter may propose anything: p > 0 accepts.
         if p >= q or rng.random() * q < p:
             continue
         if p_draft is None:
-            residual = p_target[i].copy()
+            residual = target_row.copy()
             residual[token] = 0.0
         else:
-            residual = np.maximum(p_target[i] - p_draft[i], 0.0)
+            residual = np.maximum(target_row - p_draft[i], 0.0)
         # A zero residual means p_target <= p_draft everywhere, i.e. they are equal: rejection had
         # probability 0 but floating point got here; the target row itself is then the right law.
-        return i, sample(residual if residual.sum() > 0 else p_target[i], rng)
+        return i, sample(residual if residual.sum() > 0 else target_row, rng)
     return k, sample(p_target[k], rng)
 
 
