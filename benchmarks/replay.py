@@ -1,7 +1,7 @@
 """What could drafting give at best here, and what does auto's policy give? Replays of plain greedy answers.
 
     python benchmarks/replay.py TARGET.gguf DRAFT.gguf [--categories code_editing] [--max-tokens 128]
-        [--recording replay.json] [--auto-only] [--c-scale 1.14 --r-scale 1.03] [--calibration CAL.json]
+        [--recording replay.json] [--auto-only] [--c-scale 1.14 --r-scale 1.03] [--calibration CAL.json ...]
         [--r-long R]
 
 Decodes each suite prompt plainly (greedy) and reads the answer through the draft once, recording at every
@@ -207,7 +207,11 @@ def main() -> None:
     ap.add_argument("--recording", type=Path, help="a JSON file to keep the recorded answers in, or to replay from")
     ap.add_argument("--auto-only", action="store_true", help="replay auto mode only, not the (slower) ceilings")
     ap.add_argument(
-        "--calibration", type=Path, help="price at another machine's costs: a calibration-*.json of specchat's cache"
+        "--calibration",
+        type=Path,
+        nargs="+",
+        help="price at other machines' costs: calibration-*.json files of specchat's cache (benchmarks/results keeps "
+        "some); with several, one summary table each, to check a policy change at every machine's prices at once",
     )
     # 1.14 and 1.03: what a fixed-k run's fitted costs were over calibration's here (module docstring)
     ap.add_argument("--c-scale", type=float, default=1.0, help="price draft tokens at this multiple of calibration's c")
@@ -216,29 +220,32 @@ def main() -> None:
         "--r-long", type=float, help=f"r({K_LONG + 1}) for a calibration that did not measure it (else never drafted)"
     )
     args = ap.parse_args()
-    cal, n_vocab, answers = recorded(args)
-    if args.calibration:
-        cal = Calibration.from_json(args.calibration.read_text())
-    if args.r_long and K_LONG + 1 not in cal.r:
-        cal = replace(cal, r={**cal.r, K_LONG + 1: args.r_long})
-    costs = Prices(cal, args.c_scale, args.r_scale)
-    print(
-        f"t1 = {cal.t1 * 1000:.1f} ms, c = {costs.c:.3f}; "
-        + ", ".join(f"r({n}) = {costs.r(n):.2f}" for n in (2, 4, 8, 16))
-    )
+    recorded_cal, n_vocab, answers = recorded(args)
+    calibrations = [
+        (f"{path.parent.name}/{path.name}", Calibration.from_json(path.read_text())) for path in args.calibration or []
+    ]
     columns = (
         ("auto replayed",) if args.auto_only else ("lookup ceiling", "model ceiling", "both ceiling", "auto replayed")
     )
-    totals: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(len(columns) + 1))
-    for name, answer in answers:
-        steps = [] if args.auto_only else ceilings(answer, costs, n_vocab)
-        steps.append(replayed_cost(answer, cal, n_vocab, costs))
-        n = len(answer.tokens)
-        print(f"{name}: {n} tokens, " + ", ".join(f"{c} {n / s:.2f}x" for c, s in zip(columns, steps)), flush=True)
-        for key in (answer.category, "all"):
-            totals[key] += [n, *steps]
-    for key, (n, *steps) in totals.items():
-        print(f"{key}: " + ", ".join(f"{c} {n / s:.2f}x" for c, s in zip(columns, steps)))
+    for name, cal in calibrations or [("this machine", recorded_cal)]:
+        if args.r_long and K_LONG + 1 not in cal.r:
+            cal = replace(cal, r={**cal.r, K_LONG + 1: args.r_long})
+        costs = Prices(cal, args.c_scale, args.r_scale)
+        print(
+            f"{name}: t1 = {cal.t1 * 1000:.1f} ms, c = {costs.c:.3f}; "
+            + ", ".join(f"r({n}) = {costs.r(n):.2f}" for n in (2, 4, 8, 16, K_LONG + 1))
+        )
+        totals: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(len(columns) + 1))
+        for answer_id, answer in answers:
+            steps = [] if args.auto_only else ceilings(answer, costs, n_vocab)
+            steps.append(replayed_cost(answer, cal, n_vocab, costs))
+            n = len(answer.tokens)
+            if len(calibrations) <= 1:
+                print(f"{answer_id}: {n} tokens, " + ", ".join(f"{c} {n / s:.2f}x" for c, s in zip(columns, steps)))
+            for key in (answer.category, "all"):
+                totals[key] += [n, *steps]
+        for key, (n, *steps) in totals.items():
+            print(f"  {key}: " + ", ".join(f"{c} {n / s:.2f}x" for c, s in zip(columns, steps)), flush=True)
 
 
 if __name__ == "__main__":
