@@ -227,7 +227,7 @@ def main() -> None:
     columns = (
         ("auto replayed",) if args.auto_only else ("lookup ceiling", "model ceiling", "both ceiling", "auto replayed")
     )
-    for name, cal in calibrations or [("this machine", recorded_cal)]:
+    for name, cal in calibrations or [("calibration of the recording", recorded_cal)]:
         if args.r_long and K_LONG + 1 not in cal.r:
             cal = replace(cal, r={**cal.r, K_LONG + 1: args.r_long})
         costs = Prices(cal, args.c_scale, args.r_scale)
