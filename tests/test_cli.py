@@ -77,6 +77,9 @@ def test_errors_are_one_clear_line_without_traceback(tmp_path, tiny_model, qwen_
         assert run.returncode == 1
         lines = run.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], run.stderr
+    for prompt, stdin in (("", None), ("-", " \n")):
+        run = specchat("generate", "--target", str(tiny_model), "--chat", "--prompt", prompt, stdin=stdin)
+        assert run.returncode == 1 and run.stderr.startswith("error: the prompt is empty"), run.stderr
     long_prompt = "word " * 400  # llama.cpp rounds small contexts up to 256 tokens
     run = specchat("generate", "--target", str(tiny_model), "--n-ctx", "64", "--mode", "plain", "--prompt", long_prompt)
     assert run.returncode == 1 and "context holds" in run.stderr and "Traceback" not in run.stderr

@@ -93,6 +93,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from specchat.engine import Engine, GenerationSettings, SamplingParams
 
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if not prompt.strip():  # before seconds of model loading: an empty pipe is a mistake, not a question
+        raise SpecchatError("the prompt is empty: give --prompt TEXT, or --prompt - with the text on standard input")
     try:
         sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p)
     except ValueError as e:
