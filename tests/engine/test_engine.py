@@ -8,7 +8,7 @@ import pytest
 from specchat.compare import NEAR_TIE_LOGITS
 from specchat.engine import Engine, GenerationSettings, SamplingParams, VerifyStep
 from specchat.engine.sampling import probabilities
-from specchat.errors import IncompatibleModelsError, NotGGUFError, PromptTooLongError
+from specchat.errors import IncompatibleModelsError, NotGGUFError, PromptTooLongError, SpecchatError
 
 CODE_PROMPT = [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}]
 GREEDY = SamplingParams(0.0)
@@ -187,6 +187,28 @@ def test_prompt_longer_than_the_context_is_refused(tiny_model):
         assert len(engine.target.tokens) <= engine.target.n_ctx
     finally:
         engine.close()
+
+
+def test_settings_that_would_decode_something_else_are_refused(tiny):
+    from specchat.engine import BackendConfig
+
+    n_past = tiny.target.n_past
+    for settings, message in (
+        (GenerationSettings(mode="plain", max_tokens=0), "max_tokens must be at least 1"),
+        (GenerationSettings(mode="lookup", k=0), "k must be at least 1"),
+        (GenerationSettings(mode="speculative", k=-2), "k must be at least 1"),
+    ):
+        with pytest.raises(SpecchatError, match=message):
+            tiny.generate("Hello", settings)
+    assert tiny.target.n_past == n_past  # refused before decoding anything
+    for config, message in (
+        ({"n_ctx": 0}, "n_ctx must be at least 1, not 0"),
+        ({"n_threads": -1}, "n_threads must be at least 0"),
+        ({"n_threads_batch": -4}, "n_threads_batch must be at least 0"),
+    ):
+        with pytest.raises(SpecchatError, match=message):
+            BackendConfig(**config)
+    assert BackendConfig(n_threads=0).threads == BackendConfig().threads  # 0: every core, as the UI's setting
 
 
 def test_files_that_are_not_models_are_refused(tmp_path, tiny_model):

@@ -18,7 +18,7 @@ import numpy as np
 from llama_cpp import Llama
 from llama_cpp._internals import LlamaBatch
 
-from specchat.errors import ModelLoadError, PromptTooLongError
+from specchat.errors import ModelLoadError, PromptTooLongError, SpecchatError
 from specchat.gguf import read_metadata
 
 _GGML_LOG_ERROR, _GGML_LOG_CONT = 3, 5
@@ -54,6 +54,15 @@ class BackendConfig:
     n_threads_batch: int | None = None  # multi-token batches (prompt, verification); None: as n_threads
     n_gpu_layers: int = 0  # -1: all layers on the GPU (CUDA / Metal builds)
     n_batch: int = 512
+
+    def __post_init__(self) -> None:
+        # llama.cpp reads a context of 0 as the model's trained length and a negative thread count as its own
+        # default: neither is what a user who typed the number asked for. 0 or None threads: every core.
+        least = {"n_ctx": 1, "n_threads": 0, "n_threads_batch": 0, "n_batch": 1}
+        for name, low in least.items():
+            value = getattr(self, name)
+            if value is not None and value < low:
+                raise SpecchatError(f"{name} must be at least {low}, not {value}")
 
     @property
     def threads(self) -> tuple[int, int]:

@@ -189,6 +189,10 @@ class Engine:
         """Checks run now (fail fast); decoding starts at the first next()."""
         if not prompt:
             raise SpecchatError("the prompt is empty")
+        if settings.max_tokens < 1:
+            raise SpecchatError(f"max_tokens must be at least 1, not {settings.max_tokens}")
+        if settings.mode in FIXED_K_MODES and settings.k < 1:
+            raise SpecchatError(f"{settings.mode} mode drafts k tokens a step: k must be at least 1, not {settings.k}")
         self.target.check_room(len(prompt) + 1)
         return self._loop(prompt, settings, self.drafter(settings.mode, prompt))
 
