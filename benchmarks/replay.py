@@ -241,7 +241,8 @@ def main() -> None:
             steps.append(replayed_cost(answer, cal, n_vocab, costs))
             n = len(answer.tokens)
             if len(calibrations) <= 1:
-                print(f"{answer_id}: {n} tokens, " + ", ".join(f"{c} {n / s:.2f}x" for c, s in zip(columns, steps)))
+                line = ", ".join(f"{c} {n / s:.2f}x" for c, s in zip(columns, steps))
+                print(f"{answer_id}: {n} tokens, {line}", flush=True)  # the ceilings take seconds an answer
             for key in (answer.category, "all"):
                 totals[key] += [n, *steps]
         for key, (n, *steps) in totals.items():
