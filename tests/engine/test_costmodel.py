@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import DESIGN_R as CPU_R
 from specchat.engine.adaptive import CHANCE_K_MAX, EXPLORE_SHARE, AcceptanceTracker, AutoDrafter, auto_lookup
@@ -11,11 +13,11 @@ from specchat.engine.calibration import K_LONG, K_MAX, Calibration
 from specchat.engine.costmodel import (
     best_k,
     expected_tokens,
-    expected_tokens_by_position,
+    expected_tokens_by_length,
     interpolate_r,
     speedup,
 )
-from specchat.engine.drafters import ModelDrafter
+from specchat.engine.drafters import RESUME_WINDOW, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
 from specchat.engine.sampling import SamplingParams
 
@@ -39,7 +41,9 @@ def test_expected_tokens_matches_its_series():
     for alpha in (0.0, 0.3, 0.72, 0.9):
         for k in range(6):
             assert expected_tokens(alpha, k) == pytest.approx(sum(alpha**i for i in range(k + 1)))
-            assert expected_tokens_by_position([alpha] * k) == pytest.approx(expected_tokens(alpha, k))
+        assert expected_tokens_by_length([alpha] * 5) == pytest.approx([expected_tokens(alpha, k) for k in range(1, 6)])
+    # Per position: the second draft is judged only if the first passed.
+    assert expected_tokens_by_length([0.5, 0.2]) == pytest.approx([1.5, 1.6])
     assert expected_tokens(1.0, 4) == 5
 
 
@@ -90,6 +94,47 @@ def test_a_copy_resumes_after_an_edit_from_where_it_left_off():
     fresh = auto_lookup(100)  # no copy before it: the earliest occurrence
     assert fresh.find(prompt + [7, 50, 51], 3) == [1, 2, 3] and not fresh.resuming
 
+
+
+def lookup_by_definition(context: list[int], k: int, n_min: int, n_max: int, copied_to: int) -> tuple[list[int], int]:
+    """Prompt lookup spelled out: the longest earlier match of the context's end (n_min to n_max tokens), the one
+    just past the latest accepted copy if any, else the earliest; its continuation and where that begins."""
+    size, n_max = len(context), min(n_max, len(context) - 1)
+    if n_min > n_max:
+        return [], -1
+    lengths = {}
+    for end in range(n_min, size):
+        m = 0
+        while m < min(n_max, end) and context[end - m - 1] == context[size - m - 1]:
+            m += 1
+        if m >= n_min:
+            lengths[end] = m
+    if not lengths:
+        return [], -1
+    longest = [end for end, m in lengths.items() if m == max(lengths.values())]
+    near = [end for end in longest if copied_to < end <= copied_to + RESUME_WINDOW]
+    start = (near or longest)[0]
+    return context[start : start + k], start
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    first=st.lists(st.integers(0, 3), min_size=1, max_size=60),
+    more=st.lists(st.integers(0, 3), max_size=20),
+    n_min=st.integers(1, 3),
+    extra=st.integers(0, 4),
+    k=st.integers(1, 8),
+    accepted=st.integers(0, 8),
+)
+def test_lookup_finds_what_its_definition_says(first, more, n_min, extra, k, accepted):
+    drafter = LookupDrafter(4, ngram_max=n_min + extra, ngram_min=n_min)
+    drafts, start = lookup_by_definition(first, k, n_min, n_min + extra, copied_to=-RESUME_WINDOW - 1)
+    assert drafter.find(first, k) == drafts
+    accepted = min(accepted, len(drafts))
+    drafter.observe(len(drafts), accepted)  # the target took the first `accepted`: the copy ends there
+    copied_to = start + accepted if drafts and accepted else -RESUME_WINDOW - 1
+    drafts, _ = lookup_by_definition(first + more, k, n_min, n_min + extra, copied_to)
+    assert drafter.find(first + more, k) == drafts
 
 def judge(drafter: AutoDrafter, n_drafted: int, n_accepted: int) -> None:
     """The target's verdict, with steps taking exactly what the calibration says."""

@@ -17,13 +17,15 @@ def expected_tokens(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def expected_tokens_by_position(rates: Sequence[float]) -> float:
-    """E with per-position acceptance: rates[i] = P(draft i+1 accepted | drafts 1..i accepted)."""
-    total, survive = 1.0, 1.0
+def expected_tokens_by_length(rates: Sequence[float]) -> list[float]:
+    """E(k) for k = 1..len(rates), with per-position acceptance: rates[i] = P(draft i+1 accepted | drafts 1..i
+    accepted). Every length in one pass: auto mode weighs them all at every step."""
+    by_length, total, survive = [], 1.0, 1.0
     for a in rates:
         survive *= a
         total += survive
-    return total
+        by_length.append(total)
+    return by_length
 
 
 def interpolate_r(r: Mapping[int, float]) -> Callable[[int], float]:
