@@ -95,7 +95,6 @@ def test_a_copy_resumes_after_an_edit_from_where_it_left_off():
     assert fresh.find(prompt + [7, 50, 51], 3) == [1, 2, 3] and not fresh.resuming
 
 
-
 def lookup_by_definition(context: list[int], k: int, n_min: int, n_max: int, copied_to: int) -> tuple[list[int], int]:
     """Prompt lookup spelled out: the longest earlier match of the context's end (n_min to n_max tokens), the one
     just past the latest accepted copy if any, else the earliest; its continuation and where that begins."""
@@ -135,6 +134,7 @@ def test_lookup_finds_what_its_definition_says(first, more, n_min, extra, k, acc
     copied_to = start + accepted if drafts and accepted else -RESUME_WINDOW - 1
     drafts, _ = lookup_by_definition(first + more, k, n_min, n_min + extra, copied_to)
     assert drafter.find(first + more, k) == drafts
+
 
 def judge(drafter: AutoDrafter, n_drafted: int, n_accepted: int) -> None:
     """The target's verdict, with steps taking exactly what the calibration says."""

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specchat.compare import NEAR_TIE_LOGITS
-from specchat.engine import Engine, GenerationSettings, SamplingParams, VerifyStep
+from specchat.engine import BackendConfig, Engine, GenerationSettings, SamplingParams, VerifyStep
 from specchat.engine.sampling import probabilities
 from specchat.errors import IncompatibleModelsError, NotGGUFError, PromptTooLongError, SpecchatError
 
@@ -175,8 +175,6 @@ def test_stop_string_ends_the_answer_before_it(tiny):
 
 
 def test_prompt_longer_than_the_context_is_refused(tiny_model):
-    from specchat.engine import BackendConfig
-
     engine = Engine.load(tiny_model, None, BackendConfig(n_ctx=128))
     try:
         with pytest.raises(PromptTooLongError, match=f"context holds {engine.target.n_ctx}"):
@@ -190,8 +188,6 @@ def test_prompt_longer_than_the_context_is_refused(tiny_model):
 
 
 def test_settings_that_would_decode_something_else_are_refused(tiny):
-    from specchat.engine import BackendConfig
-
     for settings, message in (
         (GenerationSettings(mode="plain", max_tokens=0), "max_tokens must be at least 1"),
         (GenerationSettings(mode="lookup", k=0), "k must be at least 1"),
