@@ -14,8 +14,8 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable
 
-from specchat.bench import BUILTIN, load_suite
-from specchat.catalog import cache_dir
+from specchat.bench.run import BUILTIN, load_suite
+from specchat.models.catalog import cache_dir
 from specchat.engine import Engine, GenerationSettings
 
 

@@ -14,9 +14,9 @@ import cProfile
 import pstats
 import time
 
-from specchat.bench import BUILTIN, load_suite
-from specchat.bench_report import config_label
-from specchat.catalog import cache_dir
+from specchat.bench.run import BUILTIN, load_suite
+from specchat.bench.report import config_label
+from specchat.models.catalog import cache_dir
 from specchat.engine import FIXED_K_MODES, Engine, GenerationSettings, SamplingParams
 
 PROMPT = [{"role": "user", "content": "Write a Python function that parses an ISO 8601 date without libraries."}]

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specchat.bench import BUILTIN, load_suite
-from specchat.catalog import cache_dir
+from specchat.bench.run import BUILTIN, load_suite
+from specchat.models.catalog import cache_dir
 from specchat.engine import Engine, GenerationSettings
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
 from specchat.engine.calibration import K_LONG, K_MAX, Calibration

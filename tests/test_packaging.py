@@ -40,8 +40,8 @@ def installed(tmp_path_factory) -> Path:
 def test_the_installed_package_finds_its_data_outside_the_checkout(installed, tmp_path):
     probe = (
         "import json, specchat\n"
-        "from specchat.catalog import load_catalog\n"
-        "from specchat.bench import builtin_suite_path\n"
+        "from specchat.models.catalog import load_catalog\n"
+        "from specchat.bench.run import builtin_suite_path\n"
         "from specchat.ui.app import stylesheet\n"
         "c = load_catalog()\n"
         "print(json.dumps([specchat.__file__, c.default, len(c.pairs), str(builtin_suite_path()), len(stylesheet())]))"

@@ -1,5 +1,5 @@
 import sys
 
-from specchat.cli import main
+from specchat.cli.main import main
 
 sys.exit(main())

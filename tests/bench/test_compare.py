@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specchat.compare import NEAR_TIE_LOGITS, Comparison, Run, TopTwo, compare, first_difference
+from specchat.bench.compare import NEAR_TIE_LOGITS, Comparison, Run, TopTwo, compare, first_difference
 from specchat.engine import Engine, GenerationSettings, SamplingParams
 
 PROMPT = [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}]

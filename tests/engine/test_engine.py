@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specchat.compare import NEAR_TIE_LOGITS
+from specchat.bench.compare import NEAR_TIE_LOGITS
 from specchat.engine import BackendConfig, Engine, GenerationSettings, SamplingParams, VerifyStep
 from specchat.engine.sampling import probabilities
 from specchat.errors import IncompatibleModelsError, NotGGUFError, PromptTooLongError, SpecchatError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specchat import models_cli
+from specchat.cli import models as models_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FETCH_SCRIPT = REPO_ROOT.parent / "shared" / "models" / "fetch_test_models.py"

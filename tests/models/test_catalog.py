@@ -10,7 +10,7 @@ from pathlib import Path
 import platformdirs
 import pytest
 
-from specchat import catalog as cat
+from specchat.models import catalog as cat
 from specchat.errors import NotGGUFError, SpecchatError
 
 from .support import QWEN_DRAFT, QWEN_TARGET, REPO_ROOT, need, run_cli, write_catalog

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specchat import catalog as cat
-from specchat.compat import check_pair
+from specchat.models import catalog as cat
+from specchat.models.compat import check_pair
 
 from .support import FETCH_SCRIPT, QWEN_DRAFT, QWEN_TARGET, SMOLLM, need, run_cli
 

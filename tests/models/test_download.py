@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from specchat import catalog as cat
-from specchat import download as dl
+from specchat.models import catalog as cat
+from specchat.models import download as dl
 
 from .fakehub import FakeHub
 from .support import SMOLLM, need, run_cli, subprocess_env, write_catalog
@@ -140,7 +140,7 @@ def test_killed_process_resumes_where_it_stopped(fake_hub: FakeHub, hub_catalog,
     served = fake_hub.add(REPO, smollm, stall_after=35 * MB)
     model = hub_catalog.models["smol"]
     part = dl.partial_path(model.path)
-    script = "import sys; from specchat.download import download_model; download_model('smol', endpoint=sys.argv[1])"
+    script = "import sys; from specchat.models.download import download_model; download_model('smol', endpoint=sys.argv[1])"
     child = subprocess.Popen([sys.executable, "-c", script, fake_hub.url], env=subprocess_env())
     try:
         wait_until_part_reaches(part, 30 * MB, running=lambda: child.poll() is None)

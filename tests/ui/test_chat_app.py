@@ -256,7 +256,7 @@ def test_two_tabs_share_the_engine_in_turn(chat_server, new_page):
 
 
 def test_models_view_lists_the_catalog_and_explains_a_mismatch(chat_server, new_page, model_paths, artifacts):
-    from specchat import catalog
+    from specchat.models import catalog
 
     page = new_page(chat_server.url)
     page.get_by_role("tab", name="Models").click()
@@ -299,7 +299,7 @@ def test_without_models_the_app_opens_on_the_models_view(empty_server, new_page,
     page.wait_for_selector("#sc-pairs tr[data-pair]")
     assert page.get_by_role("tab", name="Models").get_attribute("aria-selected") == "true"
     assert page.locator("#sc-model .sc-model").get_attribute("data-state") == "empty"
-    from specchat import catalog
+    from specchat.models import catalog
 
     default = catalog.load_catalog(Path(catalog.shipped_catalog()[0])).default
     assert page.locator("#sc-pair input").input_value() == default

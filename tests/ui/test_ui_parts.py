@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 import pytest
 
 from specchat.engine import Stats
-from specchat.ui.host import EngineHost
+from specchat.host import EngineHost
 from specchat.ui.overlay import Piece, code_regions, overlay_html, text_of
 from specchat.ui.settings import Settings, load_settings, save_settings, settings_path
 from specchat.ui.stats_view import acceptance_svg, stats_html

@@ -11,9 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import llama_cpp
-
-from specchat.engine.llama_backend import LlamaModel
+from specchat.engine.llama_backend import LlamaModel, system_info
 
 # Draft lengths the adaptive loop may choose from; calibration measures target batches up to K_MAX + 1.
 # r(n) is far from linear on a CPU: llama.cpp's kernels take a batch 4 or 16 tokens at a time, and on two cores
@@ -56,7 +54,7 @@ def cpu_name() -> str:
 
 def timing_key(files: list[Path], setup: str) -> str:
     """Changes whenever the machine, the llama.cpp build, any of the files or the setup (threads, ...) change."""
-    parts = [cpu_name(), llama_cpp.llama_print_system_info().decode(errors="replace")]
+    parts = [cpu_name(), system_info()]
     for path in files:
         st = path.stat()
         parts += [path.name, str(st.st_size), str(int(st.st_mtime)), setup]

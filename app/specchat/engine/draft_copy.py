@@ -11,7 +11,6 @@ still (0.29) but took 115 s to make, too long a first wait. Whether the copy is 
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import statistics
@@ -19,10 +18,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import llama_cpp
-
 from specchat.engine.calibration import TIMING_TEXT, decode_seconds, timing_key
-from specchat.engine.llama_backend import BackendConfig, LlamaModel
+from specchat.engine.llama_backend import BackendConfig, LlamaModel, quantize_q4_0
 from specchat.errors import ModelLoadError
 
 COPY_TYPE = "Q4_0"
@@ -50,16 +47,10 @@ class DraftChoice:
 
 def quantize(source: Path, dest: Path, n_threads: int) -> None:
     """Write dest as a Q4_0 copy of source (every weight matrix, the output one too), atomically."""
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.nthread = n_threads
-    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
-    params.output_tensor_type = llama_cpp.GGML_TYPE_Q4_0
-    params.allow_requantize = True
-    params.pure = True  # no per-tensor mix: the point is kernels the CPU runs fast, everywhere
     part = dest.with_name(dest.name + ".part")
     dest.parent.mkdir(parents=True, exist_ok=True)
     try:
-        if llama_cpp.llama_model_quantize(str(source).encode(), str(part).encode(), ctypes.byref(params)) != 0:
+        if not quantize_q4_0(source, part, n_threads):
             raise ModelLoadError(f"{source.name}: llama.cpp could not re-quantize this model for the CPU")
         os.replace(part, dest)
     finally:

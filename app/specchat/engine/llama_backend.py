@@ -1,7 +1,9 @@
-"""One loaded GGUF model over llama-cpp-python's low-level calls.
+"""One loaded GGUF model over llama-cpp-python's low-level calls: the only module that imports llama_cpp.
 
 `tokens` always mirrors what the KV cache holds, so any request can reuse the longest common prefix
-(`eval_prefix`) and a closed or failed generation leaves the model consistent.
+(`eval_prefix`) and a closed or failed generation leaves the model consistent. The build's facts (system info,
+GPU offload, quantization names) and re-quantizing a model live here too, so that a llama-cpp-python upgrade is
+checked in one file.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import llama_cpp
 import numpy as np
 from llama_cpp import Llama
 from llama_cpp._internals import LlamaBatch
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from specchat.errors import ModelLoadError, PromptTooLongError, SpecchatError
-from specchat.gguf import read_metadata
+from specchat.models.gguf import read_metadata
 
 _GGML_LOG_ERROR, _GGML_LOG_CONT = 3, 5
 _last_level = 0
@@ -36,6 +39,40 @@ def _log_errors_only(level: int, text: bytes, _user_data: ctypes.c_void_p) -> No
 
 
 llama_cpp.llama_log_set(_log_errors_only, ctypes.c_void_p(0))
+
+
+def system_info() -> str:
+    """llama.cpp's build features (AVX2, AVX512, CUDA, ...): part of what a timing depends on."""
+    return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip()
+
+
+def build_info() -> dict[str, object]:
+    return {
+        "llama_cpp_python": llama_cpp.__version__,
+        "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
+        "system_info": system_info(),
+    }
+
+
+def quantization_name(file_type: int | None) -> str:
+    """general.file_type as llama.cpp names it (Q4_K_M, Q8_0, ...)."""
+    names = {
+        value: name.removeprefix("LLAMA_FTYPE_").removeprefix("MOSTLY_")
+        for name, value in vars(llama_cpp).items()
+        if name.startswith("LLAMA_FTYPE_") and isinstance(value, int)
+    }
+    return names.get(file_type, "unknown") if file_type is not None else "unknown"
+
+
+def quantize_q4_0(source: Path, dest: Path, n_threads: int) -> bool:
+    """Write dest as a pure Q4_0 copy of source (every weight matrix, the output one too); False if llama.cpp failed."""
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.nthread = n_threads
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
+    params.output_tensor_type = llama_cpp.GGML_TYPE_Q4_0
+    params.allow_requantize = True
+    params.pure = True  # no per-tensor mix: the point is kernels the CPU runs fast, everywhere
+    return llama_cpp.llama_model_quantize(str(source).encode(), str(dest).encode(), ctypes.byref(params)) == 0
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -89,8 +126,11 @@ class LlamaModel:
             )
         except (ValueError, RuntimeError) as e:
             raise ModelLoadError(f"{self.path.name}: llama.cpp could not load this model ({e})") from None
+        # The high-level Llama has no per-position logits flags, no KV rollback by position and no vocabulary
+        # queries (eog, pieces) without detokenizing: the loop drives its context and vocabulary directly.
         self._ctx = self.llama._ctx
         self._vocab = self.llama._model.vocab
+        self._formatter: Jinja2ChatFormatter | None = None
         self.n_vocab: int = self.llama.n_vocab()
         self.n_ctx: int = self._ctx.n_ctx()
         self.n_batch: int = llama_cpp.llama_n_batch(self._ctx.ctx)  # llama.cpp may lower it for a small context
@@ -111,6 +151,19 @@ class LlamaModel:
     @property
     def chat_template(self) -> str | None:
         return self.metadata.get("tokenizer.chat_template")
+
+    def render_chat(self, messages: Sequence[dict]) -> str:
+        """The model's own chat template (from its GGUF, in a Jinja sandbox) applied to messages."""
+        if self._formatter is None:
+            if not self.chat_template:
+                raise SpecchatError(f"{self.path.name} has no chat template; use plain completion instead")
+            self._formatter = Jinja2ChatFormatter(
+                template=self.chat_template, eos_token=self.token_text(self.eos), bos_token=self.token_text(self.bos)
+            )
+        try:
+            return self._formatter(messages=list(messages)).prompt
+        except Exception as e:  # the template is untrusted input: any failure is the model file's
+            raise SpecchatError(f"the model's chat template failed to render: {e}") from None
 
     def token_text(self, token: int) -> str:
         return llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")

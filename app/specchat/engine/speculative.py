@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from specchat.compat import check_pair
+from specchat.models.compat import check_pair
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
 from specchat.engine.calibration import K_LONG, Calibration, load_or_measure
 from specchat.engine.draft_copy import choose_draft
@@ -67,7 +66,6 @@ class Engine:
         self.draft = draft
         self.lock = threading.Lock()
         self.last_stats: Stats | None = None
-        self._formatter: Jinja2ChatFormatter | None = None
         # Sees every verify step with the target's raw logits: for tests and diagnostics, off by default.
         self.on_verify: Callable[[VerifyStep], None] | None = None
         self.cache_dir: Path | None = None  # where calibrations are kept; None: specchat's cache folder
@@ -118,18 +116,7 @@ class Engine:
     def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
         """Render the target's own chat template (from its GGUF, in a Jinja sandbox) and tokenize it."""
         target = self.target
-        if self._formatter is None:
-            if not target.chat_template:
-                raise SpecchatError(f"{target.path.name} has no chat template; use plain completion instead")
-            self._formatter = Jinja2ChatFormatter(
-                template=target.chat_template,
-                eos_token=target.token_text(target.eos),
-                bos_token=target.token_text(target.bos),
-            )
-        try:
-            text = self._formatter(messages=list(messages)).prompt
-        except Exception as e:  # the template is untrusted input: any failure is the model file's
-            raise SpecchatError(f"the model's chat template failed to render: {e}") from None
+        text = target.render_chat(messages)
         return target.tokenize(text, add_bos=target.add_bos and not text.startswith(target.token_text(target.bos)))
 
     def chat(self, messages: Sequence[dict], settings: GenerationSettings) -> Iterator[TokenEvent]:
@@ -146,7 +133,7 @@ class Engine:
         on_measure is called before a measurement, which takes some seconds (not when the cache has one).
         """
         if self._calibration is None:  # measuring decodes: callers sharing the engine hold `lock`, as to generate
-            from specchat.catalog import cache_dir
+            from specchat.models.catalog import cache_dir
 
             self._calibration = load_or_measure(self.target, self.draft, self.cache_dir or cache_dir(), on_measure)
         return self._calibration

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import gradio as gr
 
-from specchat import catalog
-from specchat.cli import add_model_arguments, resolve_models
+from specchat.models import catalog
 from specchat.engine import MODES, BackendConfig, Engine, GenerationSettings, Stats
 from specchat.errors import SpecchatError
 from specchat.ui import compare_tab
-from specchat.ui.host import EngineHost
+from specchat.host import EngineHost
+from specchat.launch import resolve_models
 from specchat.ui.models_view import ModelsView, model_banner
 from specchat.ui.overlay import Piece, legend_html, overlay_html, text_of
 from specchat.ui.settings import LIMITS, Settings, load_settings, save_settings
@@ -39,17 +39,6 @@ MODE_LABELS = {
 UPDATE_INTERVAL_S = 0.08
 # How long a waiting request sleeps between looks at its place in line (and at the Stop button).
 WAIT_POLL_S = 0.25
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="interface to serve on (default 127.0.0.1: this machine only)"
-    )
-    parser.add_argument("--port", type=int, default=7860, help="port to serve on (default 7860)")
-    parser.add_argument("--no-browser", action="store_true", help="do not open a browser window")
-    add_model_arguments(parser)
-    # Unset threads / GPU layers mean "as saved in the settings", not the command line's own defaults.
-    parser.set_defaults(threads=None, gpu_layers=None)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ import threading
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from specchat.catalog import config_dir
+from specchat.models.catalog import config_dir
 from specchat.engine import MODES, SamplingParams
 
 SETTINGS_FILE_NAME = "ui_settings.json"

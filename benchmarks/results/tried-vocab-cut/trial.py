@@ -35,7 +35,7 @@ from llama_cpp._internals import LlamaBatch
 from specchat.engine.calibration import TIMING_TEXT, decode_seconds
 from specchat.engine.draft_copy import quantize
 from specchat.engine.llama_backend import LlamaModel
-from specchat.gguf import _SCALARS as SCALARS  # GGUF value type -> struct format
+from specchat.models.gguf import _SCALARS as SCALARS  # GGUF value type -> struct format
 
 HERE = Path(__file__).parent
 RECORDING = HERE.parent / "replay-greedy.json"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specchat.gguf import ModelInfo, model_info
+from specchat.models.gguf import ModelInfo, model_info
 
 # A draft may have a few extra or missing tail tokens (padding rows) as llama.cpp's speculative example allows.
 MAX_VOCAB_SIZE_DIFFERENCE = 128

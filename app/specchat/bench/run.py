@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specchat import __version__
-from specchat.bench_report import build_report, config_label, write_report
+from specchat.bench.report import build_report, config_label, write_report
 from specchat.engine import FIXED_K_MODES
 from specchat.errors import SpecchatError
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from specchat.engine import Engine, GenerationSettings, LlamaModel
 
 BUILTIN = "builtin"
-_REPO_SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "suite.jsonl"
+_REPO_SUITE = Path(__file__).resolve().parents[3] / "benchmarks" / "suite.jsonl"
 
 
 @dataclass(frozen=True)
@@ -122,38 +122,29 @@ def benchmark(
 
 
 def machine_info(engine: Engine) -> dict:
-    import llama_cpp
-
     from specchat.engine.calibration import cpu_name
+    from specchat.engine.llama_backend import build_info
 
     threads, threads_batch = engine.target.config.threads
     gpu_layers = engine.target.config.n_gpu_layers
-    offload = bool(llama_cpp.llama_supports_gpu_offload())
+    build = build_info()
+    offload = "supported" if build["gpu_offload"] else "not supported"
     return {
         "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "threads": threads,
         "threads_batch": threads_batch,
-        "gpu": f"offload {'supported' if offload else 'not supported'} by this build; n_gpu_layers = {gpu_layers}",
+        "gpu": f"offload {offload} by this build; n_gpu_layers = {gpu_layers}",
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "llama_cpp_python": llama_cpp.__version__,
-        "system_info": llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip(),
+        "llama_cpp_python": build["llama_cpp_python"],
+        "system_info": build["system_info"],
     }
-
-
-def _quantization(file_type: int | None) -> str:
-    import llama_cpp
-
-    names = {
-        value: name.removeprefix("LLAMA_FTYPE_").removeprefix("MOSTLY_")
-        for name, value in vars(llama_cpp).items()
-        if name.startswith("LLAMA_FTYPE_") and isinstance(value, int)
-    }
-    return names.get(file_type, "unknown") if file_type is not None else "unknown"
 
 
 def model_info(model: LlamaModel) -> dict:
+    from specchat.engine.llama_backend import quantization_name
+
     meta = model.metadata
     return {
         "file": model.path.name,
@@ -161,7 +152,7 @@ def model_info(model: LlamaModel) -> dict:
         "size_bytes": model.path.stat().st_size,
         "name": model.name,
         "architecture": meta.get("general.architecture"),
-        "quantization": _quantization(meta.get("general.file_type")),
+        "quantization": quantization_name(meta.get("general.file_type")),
         "n_vocab": model.n_vocab,
     }
 
@@ -177,7 +168,7 @@ def _csv(kind: Callable[[str], object]) -> Callable[[str], list]:
 
 
 def register(subparsers) -> None:
-    from specchat.cli import add_model_arguments
+    from specchat.launch import add_model_arguments
     from specchat.engine import MODES
 
     p = subparsers.add_parser(
@@ -208,7 +199,7 @@ def register(subparsers) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from specchat.cli import backend_config, cpu_copy_dir, print_progress, resolve_models
+    from specchat.launch import backend_config, cpu_copy_dir, print_progress, resolve_models
     from specchat.engine import MODES, Engine, GenerationSettings, SamplingParams
 
     unknown = [mode for mode in args.modes if mode not in MODES]

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from specchat import plots
+from specchat.bench import plots
 from specchat.engine import FIXED_K_MODES, costmodel
 
 ALL = "all"  # the category row that pools every prompt

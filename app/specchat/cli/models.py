@@ -14,11 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from specchat import catalog as cat
-from specchat import download as dl
-from specchat.compat import check_pair
+from specchat.models import catalog as cat
+from specchat.models import download as dl
+from specchat.models.compat import check_pair
 from specchat.errors import SpecchatError
-from specchat.gguf import model_info
+from specchat.models.gguf import model_info
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:

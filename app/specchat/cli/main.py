@@ -1,4 +1,6 @@
-"""`specchat ...`: thin command-line layers over the engine, the catalog, the app and the benchmark."""
+"""`specchat ...`: thin command-line layers over the engine, the models, the app, the API and the benchmark.
+
+Imports stay inside the commands, so that `specchat generate` and `specchat models list` never load Gradio."""
 
 from __future__ import annotations
 
@@ -15,61 +17,9 @@ _COLORS = {"accepted": "\033[32m", "corrected": "\033[31m", "bonus": "\033[36m",
 _RESET = "\033[0m"
 
 
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """--target/--draft/--pair and the backend knobs, shared by generate, ui and bench."""
-    p.add_argument("--target", help="target model: a GGUF path or an installed model name")
-    p.add_argument("--draft", help="draft model: a GGUF path or an installed model name")
-    p.add_argument("--pair", help="an installed catalog pair (see `specchat models list`)")
-    p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    p.add_argument("--n-ctx", type=int, default=4096, help="context length in tokens (default 4096)")
-    p.add_argument("--gpu-layers", type=int, default=0, help="layers to offload to the GPU (-1: all)")
-    p.add_argument(
-        "--draft-as-is",
-        action="store_true",
-        help="draft with the draft file itself, never with a copy re-quantized for the CPU (made when it is faster)",
-    )
-
-
-def resolve_models(args: argparse.Namespace) -> tuple[Path, Path | None]:
-    """The (target, draft) paths the user asked for, or the installed default pair."""
-    from specchat import catalog
-
-    if args.pair and (args.target or args.draft):
-        raise SpecchatError("give either --pair or --target/--draft, not both")
-    if args.pair:
-        return catalog.resolve_pair(args.pair)
-    if args.target:
-        return catalog.resolve_model(args.target), catalog.resolve_model(args.draft) if args.draft else None
-    if args.draft:
-        raise SpecchatError("--draft needs --target")
-    default = catalog.installed_default_pair()
-    if default is None:
-        raise SpecchatError(
-            "no model given and the default pair is not installed: run `specchat models download` "
-            "with the default pair's name (see `specchat models list`), or pass --target PATH"
-        )
-    return default
-
-
-def cpu_copy_dir(args: argparse.Namespace) -> Path | None:
-    """Where Engine.load may keep a CPU copy of the draft (None: --draft-as-is)."""
-    from specchat import catalog
-
-    return None if args.draft_as_is else catalog.cache_dir()
-
-
-def print_progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def backend_config(args: argparse.Namespace):
-    from specchat.engine import BackendConfig
-
-    return BackendConfig(n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.gpu_layers)
-
-
 def _generate_parser(sub) -> None:
     from specchat.engine import MODES
+    from specchat.launch import add_model_arguments
 
     p = sub.add_parser("generate", help="generate one answer from the command line")
     add_model_arguments(p)
@@ -91,6 +41,7 @@ def _generate_parser(sub) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from specchat.engine import Engine, GenerationSettings, SamplingParams
+    from specchat.launch import backend_config, cpu_copy_dir, print_progress, resolve_models
 
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not prompt.strip():  # before seconds of model loading: an empty pipe is a mistake, not a question
@@ -139,16 +90,32 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_serving_arguments(p: argparse.ArgumentParser) -> None:
+    from specchat.launch import add_model_arguments
+
+    p.add_argument("--host", default="127.0.0.1", help="interface to serve on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=7860, help="port to serve on (default 7860)")
+    add_model_arguments(p)
+
+
+def _cmd_ui(args: argparse.Namespace) -> int:
+    from specchat.ui import app as ui_app  # Gradio loads here, for the commands that serve it only
+
+    return ui_app.main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specchat", description=__doc__)
     sub = parser.add_subparsers(dest="command")
     _generate_parser(sub)
-    from specchat import bench, models_cli
-    from specchat.ui import app as ui_app
+    from specchat.bench import run as bench
+    from specchat.cli import models as models_cli
 
     ui = sub.add_parser("ui", help="start the chat app in the browser (the default command)")
-    ui_app.add_arguments(ui)
-    ui.set_defaults(func=ui_app.main)
+    _add_serving_arguments(ui)
+    ui.add_argument("--no-browser", action="store_true", help="do not open a browser window")
+    # Unset threads / GPU layers mean "as saved in the settings", not the command line's own defaults.
+    ui.set_defaults(threads=None, gpu_layers=None, func=_cmd_ui)
     models_cli.register(sub)
     bench.register(sub)
     return parser

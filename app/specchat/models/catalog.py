@@ -19,7 +19,7 @@ from typing import Any
 import platformdirs
 
 from specchat.errors import SpecchatError
-from specchat.gguf import read_metadata
+from specchat.models.gguf import read_metadata
 
 APP_NAME = "specchat"
 CATALOG_FILE_NAME = "models.toml"
@@ -144,7 +144,7 @@ def shipped_catalog() -> tuple[str, str]:
     packaged = resources.files("specchat") / CATALOG_FILE_NAME
     if packaged.is_file():
         return str(packaged), packaged.read_text(encoding="utf-8")
-    in_repo = Path(__file__).resolve().parents[2] / CATALOG_FILE_NAME
+    in_repo = Path(__file__).resolve().parents[3] / CATALOG_FILE_NAME
     if not in_repo.is_file():
         raise CatalogError(
             "specchat's own models.toml is missing from this installation; reinstall specchat or pass --catalog FILE"

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specchat.catalog import cache_dir
+from specchat.models.catalog import cache_dir
 from specchat.engine import BackendConfig, Engine
 from specchat.errors import SpecchatError
 

@@ -1,0 +1,61 @@
+"""What a command line asks for, shared by every command that loads models (generate, ui, serve, bench).
+
+Below the CLI, the app, the API and the benchmark, so that none of them imports another to learn its arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from specchat.engine import BackendConfig
+from specchat.errors import SpecchatError
+from specchat.models import catalog
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """--target/--draft/--pair and the backend knobs, shared by generate, ui, serve and bench."""
+    p.add_argument("--target", help="target model: a GGUF path or an installed model name")
+    p.add_argument("--draft", help="draft model: a GGUF path or an installed model name")
+    p.add_argument("--pair", help="an installed catalog pair (see `specchat models list`)")
+    p.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    p.add_argument("--n-ctx", type=int, default=4096, help="context length in tokens (default 4096)")
+    p.add_argument("--gpu-layers", type=int, default=0, help="layers to offload to the GPU (-1: all)")
+    p.add_argument(
+        "--draft-as-is",
+        action="store_true",
+        help="draft with the draft file itself, never with a copy re-quantized for the CPU (made when it is faster)",
+    )
+
+
+def resolve_models(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    """The (target, draft) paths the user asked for, or the installed default pair."""
+    if args.pair and (args.target or args.draft):
+        raise SpecchatError("give either --pair or --target/--draft, not both")
+    if args.pair:
+        return catalog.resolve_pair(args.pair)
+    if args.target:
+        return catalog.resolve_model(args.target), catalog.resolve_model(args.draft) if args.draft else None
+    if args.draft:
+        raise SpecchatError("--draft needs --target")
+    default = catalog.installed_default_pair()
+    if default is None:
+        raise SpecchatError(
+            "no model given and the default pair is not installed: run `specchat models download` "
+            "with the default pair's name (see `specchat models list`), or pass --target PATH"
+        )
+    return default
+
+
+def cpu_copy_dir(args: argparse.Namespace) -> Path | None:
+    """Where Engine.load may keep a CPU copy of the draft (None: --draft-as-is)."""
+    return None if args.draft_as_is else catalog.cache_dir()
+
+
+def print_progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def backend_config(args: argparse.Namespace) -> BackendConfig:
+    return BackendConfig(n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.gpu_layers)
