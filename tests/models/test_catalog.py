@@ -13,7 +13,7 @@ import pytest
 from specchat.models import catalog as cat
 from specchat.errors import NotGGUFError, SpecchatError
 
-from .support import QWEN_DRAFT, QWEN_TARGET, REPO_ROOT, need, run_cli, write_catalog
+from .support import REPO_ROOT, run_cli, write_catalog
 
 REQUIRED_PAIRS = {"qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b", "qwen2.5-coder-1.5b", "qwen2.5-coder-7b"}
 REQUIRED_PAIRS |= {"llama-3.2-3b", "llama-3.1-8b", "gemma-3-4b"}
@@ -167,8 +167,8 @@ def test_resolve_pair_names_the_download_command():
     assert cat.installed_default_pair() is None
 
 
-def test_local_models_are_registered_in_place_and_pair_up_with_anything(gguf_models, tmp_path: Path, capsys):
-    target, draft = need(gguf_models, QWEN_TARGET, QWEN_DRAFT)
+def test_local_models_are_registered_in_place_and_pair_up_with_anything(qwen_pair, tmp_path: Path, capsys):
+    target, draft = qwen_pair
 
     assert run_cli("add", str(target), "--name", "my-coder") == 0
     assert "added my-coder" in capsys.readouterr().out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import runpy
 from pathlib import Path
 
 import pytest
@@ -10,25 +9,27 @@ import pytest
 from specchat.models import catalog as cat
 from specchat.models.compat import check_pair
 
-from .support import FETCH_SCRIPT, QWEN_DRAFT, QWEN_TARGET, SMOLLM, need, run_cli
+from fetch_models import MODELS
+
+from .support import run_cli
 
 
-def test_the_qwen_coder_pair_can_draft(gguf_models):
-    target, draft = need(gguf_models, QWEN_TARGET, QWEN_DRAFT)
+def test_the_qwen_coder_pair_can_draft(qwen_pair):
+    target, draft = qwen_pair
     result = check_pair(target, draft)
     assert result.ok and result.reasons == []
 
 
-def test_smollm2_cannot_draft_for_qwen_and_says_why(gguf_models):
-    target, draft = need(gguf_models, QWEN_TARGET, SMOLLM)
+def test_smollm2_cannot_draft_for_qwen_and_says_why(qwen_pair, tiny_model):
+    target, draft = qwen_pair[0], tiny_model
     result = check_pair(target, draft)
     assert not result.ok
     assert "vocabulary sizes differ: target has 151936 tokens, draft has 49152" in result.reasons
     assert any(reason.startswith("special token 'eos' differs") for reason in result.reasons)
 
 
-def test_models_check_prints_the_verdict(gguf_models, capsys):
-    target, draft, smol = need(gguf_models, QWEN_TARGET, QWEN_DRAFT, SMOLLM)
+def test_models_check_prints_the_verdict(qwen_pair, tiny_model, capsys):
+    (target, draft), smol = qwen_pair, tiny_model
 
     assert run_cli("check", str(target), str(draft)) == 0
     assert capsys.readouterr().out.startswith("compatible:")
@@ -43,23 +44,22 @@ def test_models_check_of_a_catalog_model_that_is_not_downloaded_says_how_to_get_
     assert "run `specchat models download qwen2.5-1.5b-instruct`" in capsys.readouterr().err
 
 
-def _local_copy(model: cat.ModelSource, gguf_models: dict[str, Path]) -> Path | None:
-    """The catalog model's file if it is on this machine: downloaded, or one of the test models with the same name,
-    size and sha256 (the fetch script checked that sha256 when it assembled the file)."""
+def _local_copy(model: cat.ModelSource, model_paths: dict[str, Path]) -> Path | None:
+    """The catalog model's file if it is on this machine: downloaded, or one of the test models with the same size
+    and sha256 (tests/fetch_models.py checked that sha256 when it fetched the file)."""
     if model.installed:
         return model.path
-    known = runpy.run_path(str(FETCH_SCRIPT))["MODELS"] if FETCH_SCRIPT.is_file() else {}
-    spec, path = known.get(model.file), gguf_models.get(model.file)
-    if spec and path and (spec["size"], spec["sha256"]) == (model.size, model.sha256):
-        return path
+    for name, path in model_paths.items():
+        if (MODELS[name].size, MODELS[name].sha256) == (model.size, model.sha256):
+            return path
     return None
 
 
 @pytest.mark.parametrize("pair_name", sorted(cat.load_catalog(Path(__file__).parents[2] / "models.toml").pairs))
-def test_every_catalog_pair_passes_the_check_where_its_files_are_present(pair_name: str, gguf_models):
+def test_every_catalog_pair_passes_the_check_where_its_files_are_present(pair_name: str, model_paths):
     catalog = cat.load_catalog()
     pair = catalog.pairs[pair_name]
-    files = [_local_copy(catalog.models[name], gguf_models) for name in (pair.target, pair.draft)]
+    files = [_local_copy(catalog.models[name], model_paths) for name in (pair.target, pair.draft)]
     if None in files:
         pytest.skip(f"the files of pair {pair_name} are not on this machine (the hub is out of reach here)")
     result = check_pair(*files)

@@ -21,7 +21,7 @@ from specchat.models import catalog as cat
 from specchat.models import download as dl
 
 from .fakehub import FakeHub
-from .support import SMOLLM, need, run_cli, subprocess_env, write_catalog
+from .support import run_cli, subprocess_env, write_catalog
 
 REPO = "test/SmolLM2-135M-Instruct-GGUF"
 DRAFT_REPO = "test/SmolLM2-135M-Instruct-draft-GGUF"
@@ -37,8 +37,8 @@ def sha256_of(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def smollm_sha(gguf_models: dict[str, Path]) -> str:
-    return sha256_of(need(gguf_models, SMOLLM)[0])
+def smollm_sha(tiny_model: Path) -> str:
+    return sha256_of(tiny_model)
 
 
 @pytest.fixture
