@@ -15,14 +15,14 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from specchat.bench.run import BUILTIN, load_suite
-from specchat.models.catalog import cache_dir
 from specchat.engine import Engine, GenerationSettings
+from specchat.models.catalog import cache_dir
 
 
 def main(variants: dict[str, Callable[[], None]]) -> None:
     target, draft, categories, repeats = sys.argv[1], sys.argv[2], sys.argv[3].split(","), int(sys.argv[4])
     max_tokens = int(sys.argv[5]) if len(sys.argv) > 5 else 128
-    engine = Engine.load(target, draft, cpu_copy_dir=cache_dir())
+    engine = Engine.load(target, draft, cpu_copy_dir=cache_dir(), cache_dir=cache_dir())
     print(engine.draft_note, flush=True)
     cal = engine.calibration()
     print(f"t1 {cal.t1 * 1000:.1f} ms, c {cal.c:.2f}, r: " + ", ".join(f"{n}:{v:.2f}" for n, v in cal.r.items()))

@@ -14,10 +14,10 @@ import cProfile
 import pstats
 import time
 
-from specchat.bench.run import BUILTIN, load_suite
 from specchat.bench.report import config_label
-from specchat.models.catalog import cache_dir
+from specchat.bench.run import BUILTIN, load_suite
 from specchat.engine import FIXED_K_MODES, Engine, GenerationSettings, SamplingParams
+from specchat.models.catalog import cache_dir
 
 PROMPT = [{"role": "user", "content": "Write a Python function that parses an ISO 8601 date without libraries."}]
 
@@ -37,7 +37,9 @@ def main() -> None:
         messages = next((item.messages for item in load_suite(BUILTIN) if item.id == args.prompt_id), None)
         if messages is None:
             ap.error(f"no prompt {args.prompt_id!r} in the built-in suite")
-    engine = Engine.load(args.target, args.draft, cpu_copy_dir=cache_dir())  # the draft as the app runs it
+    engine = Engine.load(
+        args.target, args.draft, cpu_copy_dir=cache_dir(), cache_dir=cache_dir()
+    )  # the draft as the app runs it
     settings = GenerationSettings(
         mode=args.mode, k=args.k, sampling=SamplingParams(args.temperature), max_tokens=args.max_tokens
     )

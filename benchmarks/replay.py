@@ -36,13 +36,13 @@ from pathlib import Path
 import numpy as np
 
 from specchat.bench.run import BUILTIN, load_suite
-from specchat.models.catalog import cache_dir
 from specchat.engine import Engine, GenerationSettings
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
 from specchat.engine.calibration import K_LONG, K_MAX, Calibration
 from specchat.engine.drafters import ModelDrafter
 from specchat.engine.llama_backend import common_prefix
 from specchat.engine.sampling import SamplingParams
+from specchat.models.catalog import cache_dir
 
 
 @dataclass
@@ -181,7 +181,7 @@ def recorded(args: argparse.Namespace) -> tuple[Calibration, int, list[tuple[str
         saved = json.loads(args.recording.read_text())
         answers = [(a.pop("id"), Answer(**a)) for a in saved["answers"]]
         return Calibration.from_json(json.dumps(saved["calibration"])), saved["n_vocab"], answers
-    engine = Engine.load(args.target, args.draft, cpu_copy_dir=cache_dir())
+    engine = Engine.load(args.target, args.draft, cpu_copy_dir=cache_dir(), cache_dir=cache_dir())
     if args.max_tokens >= engine.draft.n_batch:  # record() reads a whole answer in one batch
         raise SystemExit(f"--max-tokens must be under {engine.draft.n_batch}")
     answers = []

@@ -47,7 +47,6 @@ def tiny_model(model_paths) -> Path:
     return model_paths[TINY]
 
 
-
 @pytest.fixture(scope="module")
 def browser():
     """Debian's Chromium through Playwright; skips (saying why) only where that browser is not installed."""

@@ -22,8 +22,22 @@ def specchat(*args: str, stdin: str | None = None, env: dict | None = None) -> s
 
 def test_generate_json_reports_text_tokens_spans_and_stats(tiny_model):
     run = specchat(
-        "generate", "--target", str(tiny_model), "--draft", str(tiny_model), "--draft-as-is", "--chat",
-        "--mode", "speculative", "--k", "3", "--max-tokens", "24", "--prompt", "Write a haiku about the sea.", "--json",
+        "generate",
+        "--target",
+        str(tiny_model),
+        "--draft",
+        str(tiny_model),
+        "--draft-as-is",
+        "--chat",
+        "--mode",
+        "speculative",
+        "--k",
+        "3",
+        "--max-tokens",
+        "24",
+        "--prompt",
+        "Write a haiku about the sea.",
+        "--json",
     )
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
@@ -41,8 +55,20 @@ def test_generate_json_reports_text_tokens_spans_and_stats(tiny_model):
 
 def test_generate_drafts_with_a_cpu_copy_of_the_draft_made_once(tiny_model, tmp_path):
     home = tmp_path / "home"
-    args = ["generate", "--target", str(tiny_model), "--draft", str(tiny_model), "--mode", "speculative",
-            "--max-tokens", "8", "--prompt", "The capital of France is", "--json"]
+    args = [
+        "generate",
+        "--target",
+        str(tiny_model),
+        "--draft",
+        str(tiny_model),
+        "--mode",
+        "speculative",
+        "--max-tokens",
+        "8",
+        "--prompt",
+        "The capital of France is",
+        "--json",
+    ]
     first = specchat(*args, env={"SPECCHAT_HOME": str(home)})
     assert first.returncode == 0, first.stderr
     assert first.stderr == "Making a Q4_0 copy of the draft for this CPU and timing it (once)…\n"
@@ -56,8 +82,18 @@ def test_generate_drafts_with_a_cpu_copy_of_the_draft_made_once(tiny_model, tmp_
 
 
 def test_generate_streams_plain_text_and_reads_stdin(tiny_model):
-    run = specchat("generate", "--target", str(tiny_model), "--mode", "plain", "--max-tokens", "8", "--prompt", "-",
-                   stdin="The capital of France is")
+    run = specchat(
+        "generate",
+        "--target",
+        str(tiny_model),
+        "--mode",
+        "plain",
+        "--max-tokens",
+        "8",
+        "--prompt",
+        "-",
+        stdin="The capital of France is",
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip()
     assert "8 tokens" in run.stderr and "plain" in run.stderr

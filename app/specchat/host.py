@@ -7,9 +7,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specchat.models.catalog import cache_dir
 from specchat.engine import BackendConfig, Engine
 from specchat.errors import SpecchatError
+from specchat.models.catalog import cache_dir
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class EngineHost:
         engine = None
         try:
             copy_dir = None if self.draft_as_is else cache_dir()
-            engine = Engine.load(target, draft, config, copy_dir, self._progress)
+            engine = Engine.load(target, draft, config, copy_dir, self._progress, cache_dir())
             # auto mode (the default) needs this machine's costs: measure them now, not in the first answer.
             engine.calibration(lambda: self._progress("Timing the models on this machine for auto mode (once)…"))
         except Exception as e:  # a load thread that died silently would leave the app "loading" forever

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from specchat.engine import BackendConfig
+from specchat.engine import BackendConfig, Engine
 from specchat.errors import SpecchatError
 from specchat.models import catalog
 
@@ -51,6 +51,11 @@ def resolve_models(args: argparse.Namespace) -> tuple[Path, Path | None]:
 def cpu_copy_dir(args: argparse.Namespace) -> Path | None:
     """Where Engine.load may keep a CPU copy of the draft (None: --draft-as-is)."""
     return None if args.draft_as_is else catalog.cache_dir()
+
+
+def load_engine(args: argparse.Namespace, target: Path, draft: Path | None) -> Engine:
+    """The engine as the command line asked for it, with specchat's cache folder for the draft copy and calibration."""
+    return Engine.load(target, draft, backend_config(args), cpu_copy_dir(args), print_progress, catalog.cache_dir())
 
 
 def print_progress(message: str) -> None:

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from specchat.bench.run import load_suite, run_configs
+from specchat.bench.plots import nice_ticks
 from specchat.bench.report import ALL, fit_cost_model, median, solve_alpha, summarize
+from specchat.bench.run import load_suite, run_configs
 from specchat.engine import costmodel
 from specchat.errors import SpecchatError
-from specchat.bench.plots import nice_ticks
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC_BENCH_KINDS = {"multi_turn", "translation", "summarization", "qa", "math_reasoning", "rag"}

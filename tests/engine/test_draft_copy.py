@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from specchat.models.compat import check_pair
 from specchat.engine import BackendConfig, Engine, GenerationSettings
 from specchat.engine.draft_copy import COPY_TYPE, MAX_TIME_RATIO, choose_draft, quantize
 from specchat.errors import ModelLoadError
+from specchat.models.compat import check_pair
 from specchat.models.gguf import read_metadata
 
 pytestmark = pytest.mark.models

@@ -10,8 +10,8 @@ from pathlib import Path
 import platformdirs
 import pytest
 
-from specchat.models import catalog as cat
 from specchat.errors import NotGGUFError, SpecchatError
+from specchat.models import catalog as cat
 
 from .support import REPO_ROOT, run_cli, write_catalog
 

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from fetch_models import MODELS
 from specchat.models import catalog as cat
 from specchat.models.compat import check_pair
-
-from fetch_models import MODELS
 
 from .support import run_cli
 

@@ -140,7 +140,9 @@ def test_killed_process_resumes_where_it_stopped(fake_hub: FakeHub, hub_catalog,
     served = fake_hub.add(REPO, smollm, stall_after=35 * MB)
     model = hub_catalog.models["smol"]
     part = dl.partial_path(model.path)
-    script = "import sys; from specchat.models.download import download_model; download_model('smol', endpoint=sys.argv[1])"
+    script = (
+        "import sys; from specchat.models.download import download_model; download_model('smol', endpoint=sys.argv[1])"
+    )
     child = subprocess.Popen([sys.executable, "-c", script, fake_hub.url], env=subprocess_env())
     try:
         wait_until_part_reaches(part, 30 * MB, running=lambda: child.poll() is None)

@@ -101,9 +101,7 @@ def _tokens_per_s_by_repeat(runs: Sequence[dict], units: Sequence[float] | None 
     by_repeat: dict[int, list[tuple[int, float]]] = {}
     for i, run in enumerate(runs):
         by_repeat.setdefault(run["repeat"], []).append((run["tokens"], run["wall_s"] / (units[i] if units else 1.0)))
-    return [
-        sum(n for n, _ in group) / max(sum(t for _, t in group), 1e-9) for _, group in sorted(by_repeat.items())
-    ]
+    return [sum(n for n, _ in group) / max(sum(t for _, t in group), 1e-9) for _, group in sorted(by_repeat.items())]
 
 
 def _single_step_s(runs: Sequence[dict]) -> list[float | None]:

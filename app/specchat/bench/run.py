@@ -168,8 +168,8 @@ def _csv(kind: Callable[[str], object]) -> Callable[[str], list]:
 
 
 def register(subparsers) -> None:
-    from specchat.launch import add_model_arguments
     from specchat.engine import MODES
+    from specchat.launch import add_model_arguments
 
     p = subparsers.add_parser(
         "bench",
@@ -199,8 +199,8 @@ def register(subparsers) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from specchat.launch import backend_config, cpu_copy_dir, print_progress, resolve_models
-    from specchat.engine import MODES, Engine, GenerationSettings, SamplingParams
+    from specchat.engine import MODES, GenerationSettings, SamplingParams
+    from specchat.launch import load_engine, print_progress, resolve_models
 
     unknown = [mode for mode in args.modes if mode not in MODES]
     if unknown or not args.modes:
@@ -215,7 +215,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     started = dt.datetime.now().astimezone()
     out = args.out or Path("bench-out") / started.strftime("%Y%m%d-%H%M%S")
 
-    engine = Engine.load(target, draft, backend_config(args), cpu_copy_dir(args), print_progress)
+    engine = load_engine(args, target, draft)
     try:
         # Fail before any timing (e.g. speculative without a draft model); auto calibrates here, untimed.
         for mode in args.modes:

@@ -8,7 +8,6 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from specchat.errors import SpecchatError
 
@@ -40,8 +39,8 @@ def _generate_parser(sub) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from specchat.engine import Engine, GenerationSettings, SamplingParams
-    from specchat.launch import backend_config, cpu_copy_dir, print_progress, resolve_models
+    from specchat.engine import GenerationSettings, SamplingParams
+    from specchat.launch import load_engine, print_progress, resolve_models
 
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not prompt.strip():  # before seconds of model loading: an empty pipe is a mistake, not a question
@@ -55,7 +54,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     )
     target, draft = resolve_models(args)
     draft = draft if args.mode != "plain" else None
-    engine = Engine.load(target, draft, backend_config(args), cpu_copy_dir(args), print_progress)
+    engine = load_engine(args, target, draft)
     if args.mode == "auto":
         engine.calibration(lambda: print_progress("auto: timing this machine's decoding (once per setup)…"))
     if args.chat:

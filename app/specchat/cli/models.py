@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from specchat.errors import SpecchatError
 from specchat.models import catalog as cat
 from specchat.models import download as dl
 from specchat.models.compat import check_pair
-from specchat.errors import SpecchatError
 from specchat.models.gguf import model_info
 
 

@@ -137,9 +137,7 @@ class LiveCosts:
 class Source:
     """One way of drafting, with its acceptance and its cost per draft token in target steps."""
 
-    def __init__(
-        self, name: str, cost: float, prior: float, later_prior: float | None = None, k_max: int = K_MAX
-    ):
+    def __init__(self, name: str, cost: float, prior: float, later_prior: float | None = None, k_max: int = K_MAX):
         self.name, self.cost, self.k_max = name, cost, k_max
         self.tracker = AcceptanceTracker(prior, later_prior, k_max=k_max)
         self.probe_loss_s = 0.0  # what probes of this source have lost against plain steps (less what they won)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from specchat.models.compat import check_pair
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
 from specchat.engine.calibration import K_LONG, Calibration, load_or_measure
 from specchat.engine.draft_copy import choose_draft
@@ -25,6 +24,7 @@ from specchat.engine.stats import Stats
 from specchat.engine.text import TextStream
 from specchat.engine.verify import verify, verify_greedy
 from specchat.errors import IncompatibleModelsError, SpecchatError
+from specchat.models.compat import check_pair
 
 MODES = ("auto", "speculative", "lookup", "plain")
 # Modes that draft the asked k every step; auto picks its own length (up to K_LONG), plain drafts nothing.
@@ -68,7 +68,7 @@ class Engine:
         self.last_stats: Stats | None = None
         # Sees every verify step with the target's raw logits: for tests and diagnostics, off by default.
         self.on_verify: Callable[[VerifyStep], None] | None = None
-        self.cache_dir: Path | None = None  # where calibrations are kept; None: specchat's cache folder
+        self.cache_dir: Path | None = None  # where calibrations are kept; None: measured for this process only
         self._calibration: Calibration | None = None
         self._auto: AutoDrafter | None = None  # auto mode's learning, kept for the conversation it came from
         self._auto_prompt: list[int] = []
@@ -82,10 +82,12 @@ class Engine:
         config: BackendConfig = BackendConfig(),
         cpu_copy_dir: Path | None = None,
         on_progress: Callable[[str], None] | None = None,
+        cache_dir: Path | None = None,
     ) -> Engine:
         """cpu_copy_dir: where a copy of the draft re-quantized for the CPU may be made and kept, to draft with
         when it measures faster (draft_copy.py); None, or a draft on the GPU: the draft file as it is.
-        on_progress hears of that work, which takes seconds the first time."""
+        on_progress hears of that work, which takes seconds the first time. cache_dir: where auto mode's
+        calibration of this machine is kept (None: measured again by each process)."""
         note = None
         if draft_path is not None:
             compat = check_pair(target_path, draft_path)  # headers only: refuse before loading weights
@@ -104,6 +106,7 @@ class Engine:
         draft = LlamaModel(draft_path, config) if draft_path is not None else None
         engine = cls(target, draft)
         engine.draft_note = note
+        engine.cache_dir = cache_dir
         return engine
 
     def close(self) -> None:
@@ -133,9 +136,7 @@ class Engine:
         on_measure is called before a measurement, which takes some seconds (not when the cache has one).
         """
         if self._calibration is None:  # measuring decodes: callers sharing the engine hold `lock`, as to generate
-            from specchat.models.catalog import cache_dir
-
-            self._calibration = load_or_measure(self.target, self.draft, self.cache_dir or cache_dir(), on_measure)
+            self._calibration = load_or_measure(self.target, self.draft, self.cache_dir, on_measure)
         return self._calibration
 
     def drafter(self, mode: str, prompt: Sequence[int] = ()) -> Drafter:

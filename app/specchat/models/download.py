@@ -39,8 +39,15 @@ from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import build_hf_headers
 from huggingface_hub.utils.tqdm import silent_tqdm
 
-from specchat.models.catalog import Catalog, ModelSource, UnknownNameError, load_catalog, local_models, remove_local_model
 from specchat.errors import SpecchatError
+from specchat.models.catalog import (
+    Catalog,
+    ModelSource,
+    UnknownNameError,
+    load_catalog,
+    local_models,
+    remove_local_model,
+)
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # Progress callbacks at most this often (plus the first and the last), so a UI is not flooded.

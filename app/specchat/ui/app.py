@@ -17,12 +17,12 @@ from pathlib import Path
 
 import gradio as gr
 
-from specchat.models import catalog
 from specchat.engine import MODES, BackendConfig, Engine, GenerationSettings, Stats
 from specchat.errors import SpecchatError
-from specchat.ui import compare_tab
 from specchat.host import EngineHost
 from specchat.launch import resolve_models
+from specchat.models import catalog
+from specchat.ui import compare_tab
 from specchat.ui.models_view import ModelsView, model_banner
 from specchat.ui.overlay import Piece, legend_html, overlay_html, text_of
 from specchat.ui.settings import LIMITS, Settings, load_settings, save_settings

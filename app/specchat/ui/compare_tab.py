@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 import gradio as gr
 
 from specchat.bench import plots
-from specchat.bench.report import config_label
 from specchat.bench.compare import NEAR_TIE_LOGITS, Comparison, Run, compare
+from specchat.bench.report import config_label
 from specchat.engine import Engine, GenerationSettings, SamplingParams
 from specchat.errors import SpecchatError
 

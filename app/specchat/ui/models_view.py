@@ -10,11 +10,11 @@ from pathlib import Path
 
 import gradio as gr
 
-from specchat.models import catalog, download
-from specchat.models.compat import check_pair
 from specchat.engine import BackendConfig
 from specchat.errors import SpecchatError
 from specchat.host import EngineHost
+from specchat.models import catalog, download
+from specchat.models.compat import check_pair
 
 NO_DRAFT = ""  # the draft dropdown's "none" value: lookup and plain modes need no draft model
 # How often a running download's progress bar is redrawn.

@@ -12,8 +12,8 @@ import threading
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from specchat.models.catalog import config_dir
 from specchat.engine import MODES, SamplingParams
+from specchat.models.catalog import config_dir
 
 SETTINGS_FILE_NAME = "ui_settings.json"
 DEFAULT_MODE = "auto" if "auto" in MODES else "speculative"

@@ -1,6 +1,6 @@
 """Auto without shadow judging ('before') against auto with it ('after'), with plain: benchmarks/ab.py's A/B.
 
-    python benchmarks/results/zen5-shadow-ab/ab.py TARGET DRAFT CATEGORIES REPEATS [MAX_TOKENS]
+python benchmarks/results/zen5-shadow-ab/ab.py TARGET DRAFT CATEGORIES REPEATS [MAX_TOKENS]
 """
 
 import sys
