@@ -1,144 +1,183 @@
-"""Small line and bar charts drawn with Pillow: the benchmark report and the compare view need no plotting library."""
+"""Charts for the benchmark report and the compare view, drawn off-screen by matplotlib.
+
+Each chart is its own Figure on an Agg canvas, never pyplot: pyplot keeps global figure state, which the UI's
+worker threads would share.
+"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
-from PIL import Image, ImageDraw, ImageFont
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_hex, to_rgb
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import PercentFormatter
 
-PALETTE = ["#2563eb", "#ea580c", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#ca8a04", "#db2777", "#4b5563"]
-_MARGIN = {"left": 70, "right": 20, "top": 40, "bottom": 60}
-
-
-def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
-    """Round tick values (1, 2, 2.5, 5 x 10^n steps) covering [lo, hi]."""
-    if hi <= lo:
-        hi = lo + 1.0
-    raw = (hi - lo) / count
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
-    first = math.floor(lo / step) * step
-    ticks = []
-    value = first
-    while value < hi + step * 0.999:
-        ticks.append(round(value, 10))
-        value += step
-    return ticks
+DPI = 100
+Points = Sequence[tuple[float, float]]
 
 
-def _label(value: float) -> str:
-    return f"{value:g}" if abs(value) < 1e5 else f"{value:.2e}"
+@dataclass(frozen=True)
+class Bar:
+    """One bar: its height, the spread drawn as a whisker from low to high, and a mark drawn over it."""
+
+    value: float
+    low: float | None = None
+    high: float | None = None
+    mark: float | None = None
 
 
-class _Canvas:
-    """A plot area with linear axes; maps data coordinates to pixels."""
-
-    def __init__(
-        self,
-        size: tuple[int, int],
-        title: str,
-        x_range: tuple[float, float],
-        y_ticks: list[float],
-        legend: Sequence[str],
-    ):
-        self.image = Image.new("RGB", size, "white")
-        self.draw = ImageDraw.Draw(self.image)
-        self.font = ImageFont.load_default(size=13)
-        self.small = ImageFont.load_default(size=11)
-        w, h = size
-        # The legend gets its own column on the right so it never hides data.
-        legend_w = max((self.draw.textlength(name, font=self.small) for name in legend), default=0) + 36
-        self.left, self.right = _MARGIN["left"], w - _MARGIN["right"] - legend_w
-        self.top, self.bottom = _MARGIN["top"], h - _MARGIN["bottom"]
-        self.x0, self.x1 = x_range
-        self.y0, self.y1 = y_ticks[0], y_ticks[-1]
-        self.draw.text((w / 2, 12), title, fill="black", font=self.font, anchor="mt")
-        for tick in y_ticks:
-            y = self.py(tick)
-            self.draw.line([(self.left, y), (self.right, y)], fill="#e5e7eb")
-            self.draw.text((self.left - 6, y), _label(tick), fill="#374151", font=self.small, anchor="rm")
-        self.draw.line([(self.left, self.top), (self.left, self.bottom), (self.right, self.bottom)], fill="black")
-        self._legend(legend)
-
-    def px(self, x: float) -> float:
-        return self.left + (x - self.x0) / ((self.x1 - self.x0) or 1.0) * (self.right - self.left)
-
-    def py(self, y: float) -> float:
-        return self.bottom - (y - self.y0) / ((self.y1 - self.y0) or 1.0) * (self.bottom - self.top)
-
-    def axis_labels(self, xlabel: str, ylabel: str) -> None:
-        self.draw.text(
-            ((self.left + self.right) / 2, self.bottom + 34), xlabel, fill="black", font=self.font, anchor="mt"
-        )
-        self.draw.text((8, self.top - 22), ylabel, fill="black", font=self.font, anchor="la")
-
-    def _legend(self, names: Sequence[str]) -> None:
-        x, y = self.right + 16, self.top
-        for i, name in enumerate(names):
-            color = PALETTE[i % len(PALETTE)]
-            self.draw.rectangle([x, y + i * 16, x + 10, y + i * 16 + 10], fill=color)
-            self.draw.text((x + 16, y + i * 16 + 5), name, fill="black", font=self.small, anchor="lm")
+def shades(families: Mapping[str, Sequence[str]]) -> dict[str, str]:
+    """A color per name that keeps from chart to chart: one hue of matplotlib's default cycle per family (a
+    decoding mode), its members (the mode at each k) from light to the full hue."""
+    palette = {}
+    for i, members in enumerate(families.values()):
+        hue = np.array(to_rgb(f"C{i % 10}"))
+        for j, name in enumerate(members):
+            white = 0.6 * (1 - j / (len(members) - 1)) if len(members) > 1 else 0.0
+            palette[name] = to_hex(hue + (1 - hue) * white)
+    return palette
 
 
-def line_chart(
-    series: Mapping[str, Sequence[tuple[float, float]]],
-    title: str,
-    xlabel: str,
-    ylabel: str,
-    size: tuple[int, int] = (800, 450),
-) -> Image.Image:
-    """One polyline (with point marks) per named series of (x, y) points."""
-    points = [p for pts in series.values() for p in pts]
-    xs = [x for x, _ in points] or [0.0, 1.0]
-    ys = [y for _, y in points] or [0.0, 1.0]
-    x_ticks = nice_ticks(min(0.0, min(xs)), max(xs))
-    canvas = _Canvas(size, title, (x_ticks[0], x_ticks[-1]), nice_ticks(min(0.0, min(ys)), max(ys)), list(series))
-    for tick in x_ticks:
-        x = canvas.px(tick)
-        canvas.draw.line([(x, canvas.bottom), (x, canvas.bottom + 4)], fill="black")
-        canvas.draw.text((x, canvas.bottom + 8), _label(tick), fill="#374151", font=canvas.small, anchor="mt")
-    for i, pts in enumerate(series.values()):
-        color = PALETTE[i % len(PALETTE)]
-        pixels = [(canvas.px(x), canvas.py(y)) for x, y in pts]
-        if len(pixels) > 1:
-            canvas.draw.line(pixels, fill=color, width=2)
-        if len(pixels) <= 40:  # marks only where they stay readable
-            for x, y in pixels:
-                canvas.draw.ellipse([x - 3, y - 3, x + 3, y + 3], fill=color)
-    canvas.axis_labels(xlabel, ylabel)
-    return canvas.image
+def _figure(width: int, height: int) -> Figure:
+    figure = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def save_png(figure: Figure, path: Path) -> None:
+    figure.savefig(path, format="png", dpi=DPI, facecolor="white")
+
+
+def to_array(figure: Figure) -> np.ndarray:
+    """The chart as an RGB pixel array (height x width x 3), as an image component takes it."""
+    canvas = figure.canvas
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
 def bar_chart(
     groups: Sequence[str],
-    series: Mapping[str, Sequence[float | None]],
+    series: Mapping[str, Sequence[Bar | None]],
     title: str,
     ylabel: str,
-    reference: float | None = None,
-    size: tuple[int, int] = (800, 450),
-) -> Image.Image:
-    """Grouped bars: one group per label, one bar per series in each (None leaves a gap); a dashed reference line."""
-    values = [v for vs in series.values() for v in vs if v is not None]
-    top = max([*values, reference or 0.0, 1e-9])
-    canvas = _Canvas(size, title, (0.0, float(len(groups))), nice_ticks(0.0, top), list(series))
-    n = max(len(series), 1)
-    slot = (canvas.right - canvas.left) / max(len(groups), 1)
-    bar = slot * 0.8 / n
-    for g, group in enumerate(groups):
-        x_group = canvas.left + g * slot + slot * 0.1
-        for i, vs in enumerate(series.values()):
-            value = vs[g]
-            if value is None:
-                continue
-            x = x_group + i * bar
-            canvas.draw.rectangle([x, canvas.py(value), x + bar - 2, canvas.bottom], fill=PALETTE[i % len(PALETTE)])
-        canvas.draw.text(
-            (canvas.left + (g + 0.5) * slot, canvas.bottom + 8), group, fill="black", font=canvas.small, anchor="mt"
+    *,
+    palette: Mapping[str, str],
+    spread_label: str = "spread",
+    mark_label: str = "mark",
+    baseline: float = 0.0,
+    size: tuple[int, int] = (900, 450),
+) -> Figure:
+    """Grouped bars: one group per label, one bar per series in each (None leaves a gap), each with its whisker
+    and mark where it has them. Bars grow from baseline (dashed where it is not 0: a ratio's 1x), so that a ratio
+    a little under or over it shows which way it went. The legend sits outside, right of the axes."""
+    figure = _figure(*size)
+    ax = figure.add_subplot()
+    width = 0.8 / max(len(series), 1)
+    spread, marked = [], []
+    for i, (name, bars) in enumerate(series.items()):
+        offset = (i - (len(series) - 1) / 2) * width
+        placed = [(g + offset, bar) for g, bar in enumerate(bars) if bar is not None]
+        xs = [x for x, _ in placed]
+        heights = [bar.value - baseline for _, bar in placed]
+        ax.bar(xs, heights, width * 0.9, bottom=baseline, color=palette[name], label=name)
+        spread += [(x, bar) for x, bar in placed if bar.low is not None and bar.high is not None]
+        marked += [(x, bar.mark) for x, bar in placed if bar.mark is not None]
+    extra = []
+    if spread:
+        ax.errorbar(
+            [x for x, _ in spread],
+            [bar.value for _, bar in spread],
+            yerr=[[bar.value - bar.low for _, bar in spread], [bar.high - bar.value for _, bar in spread]],
+            fmt="none",
+            ecolor="black",
+            elinewidth=1,
+            capsize=min(4, 40 * width),
         )
-    if reference is not None:
-        y = canvas.py(reference)
-        for x in range(int(canvas.left), int(canvas.right), 12):
-            canvas.draw.line([(x, y), (min(x + 6, canvas.right), y)], fill="black", width=1)
-    canvas.axis_labels("", ylabel)
-    return canvas.image
+        extra.append(Line2D([], [], color="black", marker="_", markersize=10, linewidth=1, label=spread_label))
+    if marked:
+        ax.scatter(*zip(*marked), marker="D", s=24, facecolors="none", edgecolors="black", zorder=3)
+        extra.append(Line2D([], [], linestyle="", marker="D", fillstyle="none", color="black", label=mark_label))
+    if baseline:
+        ax.axhline(baseline, color="black", linestyle="--", linewidth=1)
+    ax.set_xticks(range(len(groups)), groups)
+    if max(map(len, groups), default=0) * 7 > (size[0] - 300) / max(len(groups), 1):  # wider than their slots
+        ax.tick_params(axis="x", labelrotation=25)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
+    ax.set_xlim(-0.5, len(groups) - 0.5)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="y", color="#e5e7eb")
+    ax.set_axisbelow(True)
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + extra, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return figure
+
+
+def _lines(ax, series: Mapping[str, Points], palette: Mapping[str, str]) -> None:
+    for name, points in series.items():
+        if points:
+            xs, ys = zip(*points)
+            # Marks only where they stay readable: a timeline has a point per token.
+            ax.plot(xs, ys, color=palette[name], marker="o" if len(points) <= 40 else None, markersize=4, label=name)
+    ax.grid(color="#e5e7eb")
+
+
+def line_chart(
+    series: Mapping[str, Points],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    *,
+    palette: Mapping[str, str],
+    size: tuple[int, int] = (800, 450),
+) -> Figure:
+    """One line (with point marks while there are few points) per named series of (x, y) points."""
+    figure = _figure(*size)
+    ax = figure.add_subplot()
+    _lines(ax, series, palette)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper left", frameon=False)
+    return figure
+
+
+def fraction_panels(
+    panels: Mapping[str, Mapping[str, Points]],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    *,
+    palette: Mapping[str, str],
+    columns: int = 3,
+    panel_size: tuple[int, int] = (330, 230),
+) -> Figure:
+    """Small multiples on shared axes: one panel per name, its series as lines of fractions (0 to 100%)."""
+    columns = min(columns, len(panels))
+    rows = -(-len(panels) // columns)
+    figure = _figure(max(800, panel_size[0] * columns + 200), max(400, panel_size[1] * rows + 60))
+    axes = list(figure.subplots(rows, columns, sharex=True, sharey=True, squeeze=False).flat)
+    for ax, (name, series) in zip(axes, panels.items()):
+        _lines(ax, series, palette)
+        ax.set_title(name)
+        ax.set_ylim(0, 1.05)
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    for i in range(len(panels), len(axes)):  # what is left of the grid's last row
+        axes[i].set_visible(False)
+        axes[i - columns].tick_params(labelbottom=True)  # shared axes label only the bottom row
+    figure.supxlabel(xlabel)
+    figure.supylabel(ylabel)
+    figure.suptitle(title)
+    names = list(dict.fromkeys(name for series in panels.values() for name in series))
+    handles = [Line2D([], [], color=palette[name], marker="o", markersize=4, label=name) for name in names]
+    figure.legend(handles=handles, loc="outside right center", frameon=False)
+    return figure

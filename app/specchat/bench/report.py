@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
 from specchat.bench import plots
 from specchat.engine import FIXED_K_MODES, costmodel
 
@@ -95,13 +97,16 @@ def fit_cost_model(runs: Sequence[dict]) -> CostFit | None:
     return CostFit(t1_s=t1, r=r, c=c)
 
 
-def _tokens_per_s_by_repeat(runs: Sequence[dict], units: Sequence[float] | None = None) -> list[float]:
+def _tokens_per_s_by_repeat(runs: Sequence[dict], units: Sequence[float] | None = None) -> dict[int, float]:
     """Throughput of each repeat over the group's prompts: total tokens over total generation time, with each
     run's time in units of that run's units[i] seconds where given (its single-token step: _single_step_s)."""
     by_repeat: dict[int, list[tuple[int, float]]] = {}
     for i, run in enumerate(runs):
         by_repeat.setdefault(run["repeat"], []).append((run["tokens"], run["wall_s"] / (units[i] if units else 1.0)))
-    return [sum(n for n, _ in group) / max(sum(t for _, t in group), 1e-9) for _, group in sorted(by_repeat.items())]
+    return {
+        repeat: sum(n for n, _ in group) / max(sum(t for _, t in group), 1e-9)
+        for repeat, group in sorted(by_repeat.items())
+    }
 
 
 def _single_step_s(runs: Sequence[dict]) -> list[float | None]:
@@ -126,7 +131,7 @@ def summarize(runs: Sequence[dict], fit: CostFit | None) -> list[dict]:
 
     def steady(group: list[dict]) -> float | None:
         units = [step_s[id(run)] for run in group]
-        return None if None in units else median(_tokens_per_s_by_repeat(group, units))
+        return None if None in units else median(_tokens_per_s_by_repeat(group, units).values())
 
     categories = [*dict.fromkeys(run["category"] for run in runs), ALL]
     configs = list(dict.fromkeys((run["mode"], run["k"]) for run in runs))
@@ -134,14 +139,15 @@ def summarize(runs: Sequence[dict], fit: CostFit | None) -> list[dict]:
     for category in categories:
         in_category = [run for run in runs if category in (ALL, run["category"])]
         plain_runs = [run for run in in_category if run["mode"] == "plain"]
-        plain_tps = median(_tokens_per_s_by_repeat(plain_runs)) if plain_runs else None
+        plain_by_repeat = _tokens_per_s_by_repeat(plain_runs)
+        plain_tps = median(plain_by_repeat.values()) if plain_runs else None
         plain_steady = steady(plain_runs) if plain_runs else None
         for mode, k in configs:
             group = [run for run in in_category if (run["mode"], run["k"]) == (mode, k)]
             if not group:
                 continue
             by_repeat = _tokens_per_s_by_repeat(group)
-            tps = median(by_repeat)
+            tps = median(by_repeat.values())
             steps_per_s = steady(group)
             drafted, accepted = sum(r["drafted"] for r in group), sum(r["accepted"] for r in group)
             iterations, tokens = sum(r["iterations"] for r in group), sum(r["tokens"] for r in group)
@@ -167,8 +173,12 @@ def summarize(runs: Sequence[dict], fit: CostFit | None) -> list[dict]:
                     "runs": len(group),
                     "tokens": tokens,
                     "tokens_per_s": tps,
-                    "tokens_per_s_by_repeat": by_repeat,
+                    "tokens_per_s_by_repeat": list(by_repeat.values()),
                     "speedup": tps / plain_tps if plain_tps else None,
+                    # Each repeat against plain's in the same repeat, which ran beside it: the spread of speedup.
+                    "speedup_by_repeat": [
+                        tps_r / plain_by_repeat[r] for r, tps_r in by_repeat.items() if plain_by_repeat.get(r)
+                    ],
                     "steady_speedup": steps_per_s / plain_steady if steps_per_s and plain_steady else None,
                     "predicted_speedup": predicted,
                     "alpha": alpha,
@@ -291,51 +301,81 @@ def render_markdown(report: dict, plot_files: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_plots(summary: Sequence[dict], out: Path) -> list[str]:
-    """PNG charts beside the report; returns their file names."""
+def charts(summary: Sequence[dict]) -> dict[str, Figure]:
+    """The report's charts by file name, per category with the spread over repeats."""
     categories = list(dict.fromkeys(row["category"] for row in summary))
+    if len(categories) == 2:  # one category: its pooled row is the same numbers again
+        categories = categories[:1]
     configs = list(dict.fromkeys((row["mode"], row["k"]) for row in summary))
+    drafting = [cfg for cfg in configs if cfg[0] != "plain"]
+    labels = {cfg: config_label(*cfg) for cfg in configs}
+    palette = plots.shades({mode: [labels[cfg] for cfg in configs if cfg[0] == mode] for mode, _ in configs})
     rows = {(row["category"], row["mode"], row["k"]): row for row in summary}
-    width = max(800, 110 * len(categories))
-    charts = {
+    repeats = max(len(row["tokens_per_s_by_repeat"]) for row in summary)
+    median_of = f"median of {repeats} repeats" if repeats > 1 else "one repeat"
+    style = {
+        "palette": palette,
+        "spread_label": f"min to max of {repeats} repeats",
+        "size": (max(900, 260 + len(categories) * (24 * len(configs) + 30)), 450),
+    }
+
+    def bars(cfgs: Sequence[tuple[str, int]], value: str, by_repeat: str, mark: str | None = None) -> dict:
+        """Per config, per category: the row's value, whiskered over its repeats, marked with its mark."""
+
+        def bar(row: dict | None) -> plots.Bar | None:
+            if row is None or row[value] is None:
+                return None
+            spread = row[by_repeat]
+            low, high = (min(spread), max(spread)) if len(spread) > 1 else (None, None)
+            return plots.Bar(row[value], low, high, row[mark] if mark else None)
+
+        return {labels[cfg]: [bar(rows.get((category, *cfg))) for category in categories] for cfg in cfgs}
+
+    figures = {
         "tokens_per_s.png": plots.bar_chart(
             categories,
-            {
-                config_label(*cfg): [
-                    rows[(cat, *cfg)]["tokens_per_s"] if (cat, *cfg) in rows else None for cat in categories
-                ]
-                for cfg in configs
-            },
-            "Generation speed by category (median of repeats)",
-            "tokens/s",
-            size=(width, 450),
+            bars(configs, "tokens_per_s", "tokens_per_s_by_repeat"),
+            f"Generation speed by category ({median_of})",
+            "tokens/s (generation only)",
+            **style,
         )
     }
-    drafting = [cfg for cfg in configs if cfg[0] != "plain"]
-    pooled = [rows[(ALL, *cfg)] for cfg in drafting if (ALL, *cfg) in rows]
-    if pooled:
-        charts["speedup.png"] = plots.bar_chart(
-            [config_label(row["mode"], row["k"]) for row in pooled],
-            {"measured": [row["speedup"] for row in pooled], "predicted": [row["predicted_speedup"] for row in pooled]},
-            "Speedup over plain decoding, all prompts (dashed: 1x)",
-            "speedup",
-            reference=1.0,
-            size=(max(800, 110 * len(pooled)), 450),
+    speedups = bars(drafting, "speedup", "speedup_by_repeat", "predicted_speedup")
+    if any(any(series) for series in speedups.values()):  # none without plain runs to divide by
+        figures["speedup.png"] = plots.bar_chart(
+            categories,
+            speedups,
+            f"Speedup over plain decoding by category ({median_of}; dashed: 1x)",
+            "speedup over plain (x)",
+            mark_label="predicted by the cost model",
+            baseline=1.0,
+            **style,
         )
-        charts["acceptance_by_position.png"] = plots.line_chart(
-            {
-                config_label(row["mode"], row["k"]): [
-                    (i + 1, a) for i, a in enumerate(row["acceptance_by_pos"]) if a is not None
-                ]
-                for row in pooled
-            },
-            "Acceptance by draft position, all prompts",
+    panels = {
+        "all prompts" if category == ALL else category: {
+            labels[cfg]: [(i + 1, a) for i, a in enumerate(rows[category, *cfg]["acceptance_by_pos"]) if a is not None]
+            for cfg in drafting
+            if (category, *cfg) in rows
+        }
+        for category in categories
+    }
+    if any(any(series.values()) for series in panels.values()):
+        figures["acceptance_by_position.png"] = plots.fraction_panels(
+            panels,
+            "Acceptance by draft position, by category (all repeats pooled)",
             "draft position",
-            "acceptance",
+            "drafts accepted",
+            palette=palette,
         )
-    for name, image in charts.items():
-        image.save(out / name)
-    return list(charts)
+    return figures
+
+
+def write_plots(summary: Sequence[dict], out: Path) -> list[str]:
+    """The charts as PNGs beside the report; returns their file names."""
+    figures = charts(summary)
+    for name, figure in figures.items():
+        plots.save_png(figure, out / name)
+    return list(figures)
 
 
 def write_report(report: dict, out: Path) -> list[Path]:

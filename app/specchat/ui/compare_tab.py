@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import gradio as gr
+import numpy as np
 
 from specchat.bench import plots
 from specchat.bench.compare import NEAR_TIE_LOGITS, Comparison, Run, compare
@@ -71,13 +72,16 @@ def _outputs(comparison: Comparison | None, status: str, summary: str = "", plot
     return [status, *headers, *texts, summary, plot]
 
 
-def _timeline_plot(comparison: Comparison):
-    return plots.line_chart(
-        {config_label(run.mode, run.k): run.timeline for run in comparison.runs},
-        "Tokens generated over time",
-        "seconds of generation",
-        "tokens",
+def _timeline_plot(comparison: Comparison) -> np.ndarray:
+    labels = [config_label(run.mode, run.k) for run in comparison.runs]
+    figure = plots.line_chart(
+        {label: run.timeline for label, run in zip(labels, comparison.runs)},
+        "Tokens generated over time (steeper is faster)",
+        "seconds of generation (prompt excluded)",
+        "tokens generated",
+        palette=plots.shades({label: [label] for label in labels}),
     )
+    return plots.to_array(figure)
 
 
 def build(get_engine: Callable[[], Engine | None]) -> None:
@@ -102,7 +106,7 @@ def build(get_engine: Callable[[], Engine | None]) -> None:
                     )
                 )
     summary = gr.Markdown(elem_id="compare-summary")
-    plot = gr.Image(label="Tokens over time", type="pil", format="png", interactive=False, elem_id="compare-plot")
+    plot = gr.Image(label="Tokens over time", type="numpy", format="png", interactive=False, elem_id="compare-plot")
 
     def run(prompt_text: str, seed_value: float, temp: float, k_value: float, max_tok: float) -> Iterator[list]:
         engine = get_engine()

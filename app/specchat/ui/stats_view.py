@@ -1,7 +1,7 @@
 """The live stats panel and the acceptance-by-position bar chart, as HTML and inline SVG.
 
-An SVG drawn here needs no plotting library, follows the page's theme through currentColor, and is cheap
-enough to redraw on every streamed update.
+An SVG drawn here follows the page's theme through currentColor and costs far less to redraw on every streamed
+update than a matplotlib PNG of the same bars (measured with timeit when the report's charts moved to matplotlib).
 """
 
 from __future__ import annotations
