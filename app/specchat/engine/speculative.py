@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from specchat.models.compat import check_pair
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
 from specchat.engine.calibration import K_LONG, Calibration, load_or_measure
 from specchat.engine.draft_copy import choose_draft
@@ -25,6 +24,7 @@ from specchat.engine.stats import Stats
 from specchat.engine.text import TextStream
 from specchat.engine.verify import verify, verify_greedy
 from specchat.errors import IncompatibleModelsError, SpecchatError
+from specchat.models.compat import check_pair
 
 MODES = ("auto", "speculative", "lookup", "plain")
 # Modes that draft the asked k every step; auto picks its own length (up to K_LONG), plain drafts nothing.
@@ -119,11 +119,15 @@ class Engine:
         text = target.render_chat(messages)
         return target.tokenize(text, add_bos=target.add_bos and not text.startswith(target.token_text(target.bos)))
 
+    def text_prompt(self, text: str) -> list[int]:
+        """Plain text, tokenized as the start of a sequence: for completions without a chat template."""
+        return self.target.tokenize(text, add_bos=self.target.add_bos)
+
     def chat(self, messages: Sequence[dict], settings: GenerationSettings) -> Iterator[TokenEvent]:
         return self.generate_tokens(self.chat_prompt(messages), settings)
 
     def generate(self, prompt: str, settings: GenerationSettings) -> Iterator[TokenEvent]:
-        return self.generate_tokens(self.target.tokenize(prompt, add_bos=self.target.add_bos), settings)
+        return self.generate_tokens(self.text_prompt(prompt), settings)
 
     # The loop
 
