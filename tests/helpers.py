@@ -87,11 +87,13 @@ class Server:
             self.proc.wait()
 
 
-def serving(home: Path, command: list[str], args: list[str], env: dict[str, str], ready: str = "/") -> Iterator[Server]:
-    """A fixture's body: the server, up, for as long as the fixture lasts."""
+def serving(
+    home: Path, command: list[str], args: list[str], env: dict[str, str], ready: str = "/", timeout: float = 180
+) -> Iterator[Server]:
+    """A fixture's body: the server, up (within timeout seconds), for as long as the fixture lasts."""
     server = Server(home, command, args, env, ready)
     try:
-        server.wait_up()
+        server.wait_up(timeout)
         yield server
     finally:
         server.stop()
