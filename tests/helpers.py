@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"  # screenshots to look at; git-ignored
@@ -29,3 +37,63 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class Server:
+    """`python -m specchat COMMAND --port PORT ARGS` in a subprocess with a specchat home of its own, as users run it
+    (`ui` or `serve`); its output goes to home/server.log."""
+
+    def __init__(self, home: Path, command: list[str], args: list[str], env: dict[str, str], ready: str = "/"):
+        """ready: the path that answers 200 once the server is up (the page for ui, /health for serve)."""
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.ready_url = self.url + ready.lstrip("/")
+        # The machine's own catalog and hub settings must not leak in; the test's own env decides them.
+        inherited = {
+            k: v for k, v in os.environ.items() if k not in ("SPECCHAT_CATALOG", "HF_ENDPOINT", "HF_HUB_OFFLINE")
+        }
+        env = {**inherited, "SPECCHAT_HOME": str(home), "PYTHONPATH": str(REPO / "app"), **env}
+        self.log = home / "server.log"
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "specchat", *command, "--port", str(self.port), *args],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def wait_up(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"the server exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.ready_url, timeout=2):
+                    return
+            except OSError:  # not listening yet, or (HTTPError) not ready
+                time.sleep(0.5)
+        pytest.fail(
+            f"the server did not answer on {self.ready_url} within {timeout} s:\n{self.log.read_text()[-3000:]}"
+        )
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def serving(
+    home: Path, command: list[str], args: list[str], env: dict[str, str], ready: str = "/", timeout: float = 180
+) -> Iterator[Server]:
+    """A fixture's body: the server, up (within timeout seconds), for as long as the fixture lasts."""
+    server = Server(home, command, args, env, ready)
+    try:
+        server.wait_up(timeout)
+        yield server
+    finally:
+        server.stop()

@@ -120,6 +120,23 @@ def test_generate_and_models_list_do_not_load_gradio(tmp_path):
     assert run.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_the_api_and_specchat_serve_do_not_load_gradio(tmp_path):
+    graph = imports()
+    assert not {m for m, found in graph.items() if unit(m) == "api" and any(f.split(".")[0] == "gradio" for f in found)}
+    # `serve` fails fast on a missing model, after importing all it needs.
+    code = (
+        "import sys\n"
+        "from specchat.cli.main import main\n"
+        f"assert main(['serve', '--target', {str(tmp_path / 'absent.gguf')!r}]) == 1\n"
+        "assert 'uvicorn' in sys.modules\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'gradio'))\n"
+    )
+    env = {"PYTHONPATH": str(APP), "SPECCHAT_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "[]"
+
+
 if __name__ == "__main__":
     edges = unit_graph(imports())
     for node in sorted(edges):

@@ -1,9 +1,11 @@
-"""The one engine every browser tab shares: loading it in the background, and taking turns on it."""
+"""The one engine a process serves to every browser tab and API client: loading it in the background, and the line
+they take turns in."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -93,10 +95,16 @@ class EngineHost:
         with self._guard:
             self._status = HostStatus(state, message, target, draft, time.perf_counter() - self._started)
 
-    def wait_loaded(self, timeout: float | None = None) -> HostStatus:
-        """Block until no load is running: for callers that need the outcome before going on."""
+    def wait_loaded(self, timeout: float | None = None, on_message: Callable[[str], None] | None = None) -> HostStatus:
+        """Block until no load is running: for callers that need the outcome before going on.
+
+        on_message hears each new message of the load (what it is doing) while it runs."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        said = None
         while (status := self.status()).state == "loading":
+            if on_message is not None and status.message != said:
+                said = status.message
+                on_message(said)
             if deadline is not None and time.monotonic() > deadline:
                 break
             time.sleep(0.05)
@@ -109,6 +117,15 @@ class EngineHost:
                 engine.close()
 
     # Taking turns: the engine answers one request at a time, first come first served.
+
+    def turn(self, engine: Engine) -> Turn:
+        """A place at the end of the line for a request to engine (the one loaded now)."""
+        return Turn(self, engine)
+
+    def in_line(self) -> int:
+        """Requests in the line: the one answered now, if any, and those waiting."""
+        with self._line_changed:
+            return len(self._line)
 
     def join_line(self) -> object:
         ticket = object()
@@ -127,3 +144,44 @@ class EngineHost:
             if self._line.index(ticket) > 0:
                 self._line_changed.wait(timeout)
             return self._line.index(ticket)
+
+
+class Turn:
+    """One request's place in the line, then its hold on the engine; close() (or leaving a with block) gives up both.
+
+    Both the chat tab and the API take turns this way, so that they share one line in arrival order.
+    """
+
+    def __init__(self, host: EngineHost, engine: Engine):
+        self.host, self.engine = host, engine
+        self._ticket: object | None = host.join_line()
+        self._holding = False
+
+    def wait(self, timeout: float) -> int | None:
+        """None once the engine is this request's (its lock held); else, after waiting up to about 2 x timeout, how
+        many requests are ahead (0: next, while the engine finishes work from outside the line, a comparison).
+
+        Raises SpecchatError when the model was changed while this request waited: its settings were for the other.
+        """
+        ahead = self.host.place(self._ticket, timeout)
+        if ahead > 0 or not self.engine.lock.acquire(timeout=timeout):
+            return ahead
+        self._holding = True
+        if self.host.engine is not self.engine:
+            raise SpecchatError("the model was changed while this request waited; send it again")
+        return None
+
+    def close(self) -> None:
+        """Free the engine, then the place in line: the next request starts at once. Safe to call again."""
+        if self._holding:
+            self._holding = False
+            self.engine.lock.release()
+        if self._ticket is not None:
+            ticket, self._ticket = self._ticket, None
+            self.host.leave_line(ticket)
+
+    def __enter__(self) -> Turn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -6,75 +6,23 @@ SmolLM2-135M drafts for itself (fast, and greedy decoding accepts its drafts), i
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from helpers import ARTIFACTS as ROOT_ARTIFACTS
-from helpers import free_port
+from helpers import Server, serving
 from models.fakehub import COMMIT, FakeHub, Served  # tests/ is on sys.path: it holds the root conftest.py
 
-REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT_ARTIFACTS / "ui"
 # Settings the app starts with: greedy speculative decoding, short answers unless a test asks for more.
 START_SETTINGS = {"mode": "speculative", "k": 4, "temperature": 0.0, "seed": 0, "max_tokens": 160, "overlay": True}
 
 
-class Server:
-    def __init__(self, home: Path, args: list[str], env: dict[str, str]):
-        self.home = home
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        # The machine's own catalog and hub settings must not leak in; the test's own env decides them.
-        inherited = {
-            k: v for k, v in os.environ.items() if k not in ("SPECCHAT_CATALOG", "HF_ENDPOINT", "HF_HUB_OFFLINE")
-        }
-        env = {**inherited, "SPECCHAT_HOME": str(home), "PYTHONPATH": str(REPO / "app"), **env}
-        self.log = home / "server.log"
-        with self.log.open("w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "specchat", "ui", "--port", str(self.port), "--no-browser", *args],
-                cwd=REPO,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    def wait_up(self, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"the app exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(self.url, timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.5)
-        pytest.fail(f"the app did not answer on {self.url} within {timeout} s:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def _start(home: Path, args: list[str], env: dict[str, str] | None = None) -> Iterator[Server]:
     # Offline unless a test brings its own hub: nothing may leave this machine.
-    server = Server(home, args, env or {"HF_HUB_OFFLINE": "1"})
-    try:
-        server.wait_up()
-        yield server
-    finally:
-        server.stop()
+    yield from serving(home, ["ui", "--no-browser"], args, env or {"HF_HUB_OFFLINE": "1"})
 
 
 @pytest.fixture(scope="module")

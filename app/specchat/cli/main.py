@@ -89,11 +89,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_serving_arguments(p: argparse.ArgumentParser) -> None:
+def _add_serving_arguments(p: argparse.ArgumentParser, port: int) -> None:
     from specchat.launch import add_model_arguments
 
     p.add_argument("--host", default="127.0.0.1", help="interface to serve on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=7860, help="port to serve on (default 7860)")
+    p.add_argument("--port", type=int, default=port, help=f"port to serve on (default {port})")
+    p.add_argument(
+        "--api-key",
+        help="demand `Authorization: Bearer KEY` on the API's routes (default: $SPECCHAT_API_KEY; unset: no key)",
+    )
     add_model_arguments(p)
 
 
@@ -103,6 +107,12 @@ def _cmd_ui(args: argparse.Namespace) -> int:
     return ui_app.main(args)
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from specchat.api import serve  # FastAPI and uvicorn, never Gradio
+
+    return serve.main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specchat", description=__doc__)
     sub = parser.add_subparsers(dest="command")
@@ -110,11 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
     from specchat.bench import run as bench
     from specchat.cli import models as models_cli
 
-    ui = sub.add_parser("ui", help="start the chat app in the browser (the default command)")
-    _add_serving_arguments(ui)
+    ui = sub.add_parser("ui", help="start the chat app in the browser, with the API beside it (the default command)")
+    _add_serving_arguments(ui, 7860)
     ui.add_argument("--no-browser", action="store_true", help="do not open a browser window")
     # Unset threads / GPU layers mean "as saved in the settings", not the command line's own defaults.
     ui.set_defaults(threads=None, gpu_layers=None, func=_cmd_ui)
+    serve = sub.add_parser("serve", help="serve the OpenAI-compatible API alone (no browser app)")
+    _add_serving_arguments(serve, 8000)
+    serve.set_defaults(func=_cmd_serve)
     models_cli.register(sub)
     bench.register(sub)
     return parser

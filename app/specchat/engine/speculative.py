@@ -122,11 +122,15 @@ class Engine:
         text = target.render_chat(messages)
         return target.tokenize(text, add_bos=target.add_bos and not text.startswith(target.token_text(target.bos)))
 
+    def text_prompt(self, text: str) -> list[int]:
+        """Plain text, tokenized as the start of a sequence: for completions without a chat template."""
+        return self.target.tokenize(text, add_bos=self.target.add_bos)
+
     def chat(self, messages: Sequence[dict], settings: GenerationSettings) -> Iterator[TokenEvent]:
         return self.generate_tokens(self.chat_prompt(messages), settings)
 
     def generate(self, prompt: str, settings: GenerationSettings) -> Iterator[TokenEvent]:
-        return self.generate_tokens(self.target.tokenize(prompt, add_bos=self.target.add_bos), settings)
+        return self.generate_tokens(self.text_prompt(prompt), settings)
 
     # The loop
 

@@ -429,6 +429,22 @@ def resolve_pair(name: str, catalog: Catalog | None = None) -> tuple[Path, Path]
     return paths[0], paths[1]
 
 
+def names_of(target: Path, draft: Path | None, catalog: Catalog | None = None) -> tuple[str, str | None, str | None]:
+    """(target, draft, pair) as `specchat models list` names them: a file's catalog or local model name, else its file
+    name without .gguf; the catalog pair of exactly these two models, else None."""
+    catalog = catalog or load_catalog()
+    local = local_models()
+    known = {model.path.resolve(): name for name, model in catalog.models.items()}
+    known.update({path.resolve(): name for name, path in local.items()})
+
+    def name(path: Path) -> str:
+        return known.get(Path(path).resolve(), Path(path).stem)
+
+    target_name, draft_name = name(target), name(draft) if draft is not None else None
+    pair = next((p.name for p in catalog.pairs.values() if (p.target, p.draft) == (target_name, draft_name)), None)
+    return target_name, draft_name, pair
+
+
 def installed_default_pair(catalog: Catalog | None = None) -> tuple[Path, Path] | None:
     """(target, draft) of the default pair when both files are present, else None."""
     catalog = catalog or load_catalog()

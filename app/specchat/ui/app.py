@@ -10,6 +10,7 @@ import html
 import sys
 import threading
 import time
+import webbrowser
 from collections.abc import Iterator
 from dataclasses import fields, replace
 from importlib import resources
@@ -17,9 +18,11 @@ from pathlib import Path
 
 import gradio as gr
 
-from specchat.engine import MODES, BackendConfig, Engine, GenerationSettings, Stats
+from specchat.api import serve
+from specchat.api.server import create_app
+from specchat.engine import MODES, BackendConfig, GenerationSettings, Stats
 from specchat.errors import SpecchatError
-from specchat.host import EngineHost
+from specchat.host import EngineHost, Turn
 from specchat.launch import resolve_models
 from specchat.models import catalog
 from specchat.ui import compare_tab
@@ -57,9 +60,7 @@ def main(args: argparse.Namespace) -> int:
         host.load(*chosen, backend_config(replace(load_settings(), **overrides), args.n_ctx))
     demo = build_app(host, n_ctx=args.n_ctx, overrides=overrides, pair=args.pair)
     try:
-        launch(demo, args.host, args.port, open_browser=not args.no_browser)
-    except OSError as e:
-        raise SpecchatError(f"cannot serve on {args.host}:{args.port} ({e}); choose another --port") from None
+        launch(demo, host, args)
     finally:
         host.close()
     return 0
@@ -76,17 +77,30 @@ def backend_config(settings: Settings, n_ctx: int) -> BackendConfig:
     return BackendConfig(n_ctx=n_ctx, n_threads=settings.threads or None, n_gpu_layers=settings.gpu_layers)
 
 
-def launch(demo: gr.Blocks, host: str, port: int, open_browser: bool = False) -> None:
-    """Serve until interrupted."""
-    demo.launch(
-        server_name=host,
-        server_port=port,
-        inbrowser=open_browser,
-        share=False,
-        css=stylesheet(),
-        theme=gr.themes.Default(primary_hue="indigo", neutral_hue="slate"),
-        footer_links=["settings"],
-    )
+def launch(demo: gr.Blocks, host: EngineHost, args: argparse.Namespace) -> None:
+    """Serve the app, with the OpenAI-compatible API beside it on the same engine and line, until interrupted."""
+    key = serve.api_key(args)
+    sock = serve.bind(args.host, args.port)
+    try:
+        app = gr.mount_gradio_app(
+            create_app(host, key),
+            demo,
+            path="/",
+            css=stylesheet(),
+            theme=gr.themes.Default(primary_hue="indigo", neutral_hue="slate"),
+            footer_links=["settings"],
+        )
+        url = serve.base_url(args.host, args.port)
+
+        def ready() -> None:
+            print(f"* Running on local URL:  {url}", flush=True)  # Gradio's own line, for whoever reads it
+            print(f"* OpenAI-compatible API: {url}/v1", flush=True)
+            if not args.no_browser:
+                webbrowser.open(url)
+
+        serve.run(app, sock, ready)
+    finally:
+        sock.close()
 
 
 def stylesheet() -> str:
@@ -199,40 +213,37 @@ class ChatApp:
         self._busy.add(session)
         stop = self._stop_event(request)
         stop.clear()
-        ticket = self.host.join_line()
         try:
-            yield from self._answer(engine, message, conv, s, settings, stop, ticket)
+            with self.host.turn(engine) as turn:
+                yield from self._answer(turn, message, conv, s, settings, stop)
         finally:
-            self.host.leave_line(ticket)
             self._busy.discard(session)
 
     def _answer(
         self,
-        engine: Engine,
+        turn: Turn,
         message: str,
         conv: list[dict],
         s: Settings,
         settings: GenerationSettings,
         stop: threading.Event,
-        ticket: object,
     ) -> Iterator[tuple]:
         system = [{"role": "system", "content": s.system_prompt}] if s.system_prompt.strip() else []
         prompt = [*system, *({"role": m["role"], "content": m["content"]} for m in conv)]
         prompt.append({"role": "user", "content": message})
         asked = [*conv, {"role": "user", "content": message}]
-        while (ahead := self.host.place(ticket, WAIT_POLL_S)) > 0 or not engine.lock.acquire(timeout=WAIT_POLL_S):
-            if stop.is_set():
-                yield _update(message, conv, s.overlay, "stopped", "Stopped before the answer started.")
-                return
-            waiting = f"{ahead} request{'s' * (ahead != 1)} ahead" if ahead else "the engine is busy"
-            text = f"Waiting in line: {waiting}. This model answers one request at a time."
-            yield _update("", asked, s.overlay, "waiting", text)
         try:
-            if self.host.engine is not engine:
-                raise SpecchatError("the model was changed while this message waited; send it again")
+            while (ahead := turn.wait(WAIT_POLL_S)) is not None:
+                if stop.is_set():
+                    yield _update(message, conv, s.overlay, "stopped", "Stopped before the answer started.")
+                    return
+                waiting = f"{ahead} request{'s' * (ahead != 1)} ahead" if ahead else "the engine is busy"
+                text = f"Waiting in line: {waiting}. This model answers one request at a time."
+                yield _update("", asked, s.overlay, "waiting", text)
+            engine = turn.engine
             events = engine.chat(prompt, settings)
         except SpecchatError as e:
-            engine.lock.release()
+            turn.close()
             yield _update(message, conv, s.overlay, "error", str(e))
             return
         answer = {"role": "assistant", "content": "", "pieces": []}
@@ -252,9 +263,9 @@ class ChatApp:
                     yield _update("", conv, s.overlay, "generating", f"Generating… {stats.tokens} tokens", stats)
         finally:
             events.close()
-            engine.lock.release()
+            stats = stats or engine.last_stats  # while the engine is still this answer's
+            turn.close()  # before the last update: the next request in line need not wait for the browser
         answer["content"] = text_of(answer["pieces"])
-        stats = stats or engine.last_stats
         finish = stats.finish_reason if stats is not None else "closed"
         state = "stopped" if finish == "closed" else "done"
         yield _update("", conv, s.overlay, state, _FINISHED.get(finish, "Done."), stats)

@@ -1,0 +1,104 @@
+"""`specchat serve`, and the serving both it and `specchat ui` do: the port, the API key, uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import os
+import socket
+import sys
+from collections.abc import Callable
+
+import uvicorn
+from fastapi import FastAPI
+
+from specchat.api.server import create_app
+from specchat.errors import SpecchatError
+from specchat.host import EngineHost
+from specchat.launch import backend_config, print_progress, resolve_models
+
+API_KEY_ENV = "SPECCHAT_API_KEY"
+# On shutdown (Ctrl+C), streams still open get this long to finish before their connections are closed.
+GRACEFUL_SHUTDOWN_S = 2
+
+
+def main(args: argparse.Namespace) -> int:
+    """Load the model (and time it for auto mode), then serve the API until interrupted."""
+    key = api_key(args)
+    target, draft = resolve_models(args)
+    sock = bind(args.host, args.port)  # before seconds of loading: a port in use is known at once
+    host = EngineHost(draft_as_is=args.draft_as_is)
+    try:
+        host.load(target, draft, backend_config(args))
+        status = host.wait_loaded(on_message=print_progress)
+        if status.state != "ready":
+            raise SpecchatError(status.message)
+        app = create_app(host, key)
+        loaded = status.message.removeprefix("Ready: ")
+        ready = f"Ready at {base_url(args.host, args.port)}/v1 (OpenAI-compatible API): {loaded}"
+        run(app, sock, lambda: print(ready, flush=True))
+    finally:
+        sock.close()
+        host.close()
+    return 0
+
+
+def api_key(args: argparse.Namespace) -> str | None:
+    """--api-key, else $SPECCHAT_API_KEY; warns when serving beyond this machine without one."""
+    key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    if key is None and not is_loopback(args.host):
+        print(
+            f"warning: serving on {args.host} without an API key: anyone who can reach this port can use the model;"
+            f" set --api-key or {API_KEY_ENV}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return key
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def base_url(host: str, port: int) -> str:
+    """The address to print: an "any interface" bind is reached on this machine at 127.0.0.1."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that a port in use is one clear error (uvicorn would log and exit)."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as e:
+        raise SpecchatError(f"cannot serve on {host}:{port} ({e}); check --host") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise SpecchatError(f"cannot serve on {host}:{port} ({e}); choose another --port") from None
+    return sock
+
+
+def run(app: FastAPI, sock: socket.socket, on_ready: Callable[[], None]) -> None:
+    """Serve app on sock until interrupted; on_ready runs once connections are being accepted."""
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    server = uvicorn.Server(config)
+
+    async def serve() -> None:
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            on_ready()
+        await task
+
+    asyncio.run(serve())
