@@ -42,7 +42,7 @@ def test_the_installed_package_finds_its_data_outside_the_checkout(installed, tm
         "import json, specchat\n"
         "from specchat.models.catalog import load_catalog\n"
         "from specchat.bench.run import builtin_suite_path\n"
-        "from specchat.ui.app import stylesheet\n"
+        "from specchat.ui.overlay import stylesheet\n"
         "c = load_catalog()\n"
         "print(json.dumps([specchat.__file__, c.default, len(c.pairs), str(builtin_suite_path()), len(stylesheet())]))"
     )

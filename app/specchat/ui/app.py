@@ -13,7 +13,6 @@ import time
 import webbrowser
 from collections.abc import Iterator
 from dataclasses import fields, replace
-from importlib import resources
 from pathlib import Path
 
 import gradio as gr
@@ -27,7 +26,7 @@ from specchat.launch import resolve_models
 from specchat.models import catalog
 from specchat.ui import compare_tab
 from specchat.ui.models_view import ModelsView, model_banner
-from specchat.ui.overlay import Piece, legend_html, overlay_html, text_of
+from specchat.ui.overlay import Piece, legend_html, overlay_html, stylesheet, text_of
 from specchat.ui.settings import LIMITS, Settings, load_settings, save_settings
 from specchat.ui.stats_view import acceptance_svg, stats_html
 
@@ -101,14 +100,6 @@ def launch(demo: gr.Blocks, host: EngineHost, args: argparse.Namespace) -> None:
         serve.run(app, sock, ready)
     finally:
         sock.close()
-
-
-def stylesheet() -> str:
-    """assets/overlay.css: packaged as specchat/assets in a wheel, at the repository root in a checkout."""
-    packaged = resources.files("specchat") / "assets" / "overlay.css"
-    if packaged.is_file():
-        return packaged.read_text(encoding="utf-8")
-    return (Path(__file__).resolve().parents[3] / "assets" / "overlay.css").read_text(encoding="utf-8")
 
 
 # Rendering

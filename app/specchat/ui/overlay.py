@@ -9,6 +9,8 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable, Sequence
+from importlib import resources
+from pathlib import Path
 from typing import NamedTuple
 
 KINDS = ("accepted", "corrected", "bonus", "target")
@@ -99,3 +101,11 @@ def legend_html() -> str:
         for k in KINDS
     )
     return f'<div class="sc-legend">{items}</div>'
+
+
+def stylesheet() -> str:
+    """assets/overlay.css: packaged as specchat/assets in a wheel, at the repository root in a checkout."""
+    packaged = resources.files("specchat") / "assets" / "overlay.css"
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    return (Path(__file__).resolve().parents[3] / "assets" / "overlay.css").read_text(encoding="utf-8")
