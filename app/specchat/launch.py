@@ -6,6 +6,9 @@ Below the CLI, the app, the API and the benchmark, so that none of them imports 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import socket
 import sys
 from pathlib import Path
 
@@ -51,6 +54,33 @@ def resolve_models(args: argparse.Namespace) -> tuple[Path, Path | None]:
 def cpu_copy_dir(args: argparse.Namespace) -> Path | None:
     """Where Engine.load may keep a CPU copy of the draft (None: --draft-as-is)."""
     return None if args.draft_as_is else catalog.cache_dir()
+
+
+def port(text: str) -> int:
+    """argparse type of --port: a TCP port number."""
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number: choose one from 1 to 65535")
+    return int(text)
+
+
+def check_address(host: str, port: int) -> None:
+    """Refuse, in one line, an address the server could not listen on (a port in use, a host that is not this
+    machine's), before minutes of model loading and the server's own error that names neither."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise SpecchatError(f"cannot serve on --host {host}: {e.strerror}") from None
+    try:
+        # create_server sets SO_REUSEADDR as Gradio and uvicorn do: a port lingering after a closed server is free.
+        with socket.create_server(address, family=family):
+            pass
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise SpecchatError(
+                f"port {port} on {host} is in use by another program; choose another with --port"
+            ) from None
+        reason = os.strerror(e.errno) if e.errno else str(e)  # create_server's strerror repeats the address
+        raise SpecchatError(f"cannot serve on {host}:{port} ({reason}); choose another --port or --host") from None
 
 
 def print_progress(message: str) -> None:
