@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import json
-import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from models.support import subprocess_env
 
-def specchat(*args: str, stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
+
+def specchat(*args: str, stdin: str | bytes | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The worktree's specchat (subprocess_env puts its app/ first); stdin as text, or as bytes that need not be."""
+    run = subprocess.run(
         [sys.executable, "-m", "specchat", *args],
         capture_output=True,
-        text=True,
-        input=stdin,
+        input=stdin.encode() if isinstance(stdin, str) else stdin,
         timeout=600,
-        env={**os.environ, **(env or {})},
+        env=subprocess_env(**(env or {})),
     )
+    return subprocess.CompletedProcess(run.args, run.returncode, run.stdout.decode(), run.stderr.decode())
+
+
+def one_error_line(run: subprocess.CompletedProcess) -> str:
+    """The one line a refused command prints: `error: ...`, exit status 1, no traceback."""
+    lines = run.stderr.splitlines()
+    assert run.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), run.stderr
+    return lines[0]
 
 
 def test_generate_json_reports_text_tokens_spans_and_stats(tiny_model):
@@ -116,6 +126,79 @@ def test_errors_are_one_clear_line_without_traceback(tmp_path, tiny_model, qwen_
     for prompt, stdin in (("", None), ("-", " \n")):
         run = specchat("generate", "--target", str(tiny_model), "--chat", "--prompt", prompt, stdin=stdin)
         assert run.returncode == 1 and run.stderr.startswith("error: the prompt is empty"), run.stderr
-    long_prompt = "word " * 400  # llama.cpp rounds small contexts up to 256 tokens
+    long_prompt = "word " * 400
     run = specchat("generate", "--target", str(tiny_model), "--n-ctx", "64", "--mode", "plain", "--prompt", long_prompt)
-    assert run.returncode == 1 and "context holds" in run.stderr and "Traceback" not in run.stderr
+    assert "context holds 256 (the asked 64, which llama.cpp rounds up to a multiple of 256)" in one_error_line(run)
+
+
+def test_text_that_is_not_utf8_is_refused_in_one_line(tiny_model):
+    surrogate = "error: the prompt is not valid Unicode: character 5 is a lone surrogate (U+DCFF)"
+    bad_bytes = "error: standard input is not utf-8 text (invalid start byte); convert it to UTF-8"
+    # Python gives bytes that are not UTF-8 as lone surrogates (surrogateescape): in argv, on standard input under a
+    # C.UTF-8 locale; with strict decoding the read itself fails.
+    for args, stdin, env, expected in (
+        (["--prompt", "abc \udcff def"], None, {}, surrogate),  # the bytes b"abc \xff def" in argv
+        (["--prompt", "-"], b"abc \xff def", {"PYTHONIOENCODING": "utf-8:surrogateescape"}, surrogate),
+        (["--prompt", "-"], b"abc \xff def", {"PYTHONIOENCODING": "utf-8:strict"}, bad_bytes),
+    ):
+        run = specchat("generate", "--target", str(tiny_model), "--mode", "plain", *args, stdin=stdin, env=env)
+        assert one_error_line(run).startswith(expected)
+
+
+def test_bad_sampling_settings_are_refused_before_any_model_loads(tmp_path):
+    missing = str(tmp_path / "missing.gguf")  # named after the settings' error: they are checked first
+    for option, value, message in (
+        ("--temperature", "nan", "temperature must be a finite number of at least 0, not nan"),
+        ("--temperature", "inf", "temperature must be a finite number of at least 0, not inf"),
+        ("--top-p", "0", "top_p must be a finite number in (0, 1], not 0.0"),
+        ("--min-p", "2", "min_p must be a finite number in [0, 1], not 2.0"),
+        ("--top-k", "-3", "top_k must be a whole number of at least 0, not -3"),
+        ("--max-tokens", "0", "max_tokens must be a whole number of at least 1, not 0"),
+        ("--seed", "-2", "seed must be -1 (random) or a whole number of at least 0, not -2"),
+    ):
+        run = specchat("generate", "--target", missing, "--prompt", "hi", option, value)
+        assert one_error_line(run) == f"error: {message}"
+
+
+def test_seed_minus_one_samples_with_a_random_seed(tiny_model):
+    args = ["generate", "--target", str(tiny_model), "--mode", "plain", "--prompt", "Once upon a time", "--json"]
+    runs = [specchat(*args, "--temperature", "1.5", "--max-tokens", "12", "--seed", "-1") for _ in range(3)]
+    assert all(run.returncode == 0 for run in runs), runs[0].stderr
+    # 3 draws of 12 tokens at temperature 1.5 from SmolLM2: the same text thrice would be a fixed seed.
+    assert len({json.loads(run.stdout)["text"] for run in runs}) > 1
+
+
+def test_model_paths_say_what_is_wrong_with_them(tmp_path, tiny_model):
+    home = tmp_path / "home"
+    (home / "config").mkdir(parents=True)
+    (home / "config" / "models.toml").write_text("this is [not toml\n")  # a user catalog that does not parse
+    env = {"SPECCHAT_HOME": str(home)}
+    run = specchat("generate", "--target", str(tmp_path), "--prompt", "hi", env=env)
+    folder = f"error: {tmp_path} is a folder, not a model file: give the path of a .gguf file in it"
+    assert one_error_line(run) == folder
+    run = specchat("generate", "--target", str(tmp_path / "gone.gguf"), "--prompt", "hi", env=env)
+    assert one_error_line(run) == f"error: no such model file: {tmp_path / 'gone.gguf'}; check the path"
+    # Given as a file, a model runs whatever the state of the catalogs.
+    run = specchat("generate", "--target", str(tiny_model), "--mode", "plain", "--max-tokens", "2", "--prompt", "hi")
+    assert run.returncode == 0, run.stderr
+    # A file cut short: llama.cpp's reason, in the one line.
+    half = tmp_path / "half.gguf"
+    with open(tiny_model, "rb") as f:
+        half.write_bytes(f.read(tiny_model.stat().st_size // 2))
+    line = one_error_line(specchat("generate", "--target", str(half), "--mode", "plain", "--prompt", "hi"))
+    assert "half.gguf: llama.cpp could not load this model" in line and "not within the file bounds" in line
+
+
+def test_serving_addresses_are_checked_before_anything_loads(tiny_model):
+    for port in ("99999", "0", "http"):
+        run = specchat("ui", "--port", port, "--target", str(tiny_model), "--no-browser")
+        assert run.returncode == 2 and "Traceback" not in run.stderr
+        expected = f"argument --port: '{port}' is not a port number: choose one from 1 to 65535"
+        assert run.stderr.splitlines()[-1].endswith(expected), run.stderr
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        run = specchat("ui", "--port", str(port), "--target", str(tiny_model), "--no-browser")
+    expected = f"error: port {port} on 127.0.0.1 is in use by another program; choose another with --port"
+    assert one_error_line(run) == expected
+    run = specchat("ui", "--host", "no-such-host.invalid", "--target", str(tiny_model), "--no-browser")
+    assert one_error_line(run).startswith("error: cannot serve on --host no-such-host.invalid: ")

@@ -19,3 +19,7 @@ class IncompatibleModelsError(SpecchatError):
 
 class PromptTooLongError(SpecchatError):
     pass
+
+
+class InvalidInputError(SpecchatError, ValueError):
+    """Text or a setting a generation cannot run with; a ValueError too, as callers checking settings catch that."""

@@ -6,6 +6,9 @@ Below the CLI, the app, the API and the benchmark, so that none of them imports 
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import socket
 import sys
 from pathlib import Path
 
@@ -56,6 +59,38 @@ def cpu_copy_dir(args: argparse.Namespace) -> Path | None:
 def load_engine(args: argparse.Namespace, target: Path, draft: Path | None) -> Engine:
     """The engine as the command line asked for it, with specchat's cache folder for the draft copy and calibration."""
     return Engine.load(target, draft, backend_config(args), cpu_copy_dir(args), print_progress, catalog.cache_dir())
+
+
+def port(text: str) -> int:
+    """argparse type of --port: a TCP port number."""
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number: choose one from 1 to 65535")
+    return int(text)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket of `specchat ui` or `serve`, bound before any loading: an address the server cannot listen
+    on (a port in use, a host that is not this machine's) is one clear line at once, not the server's own error after
+    minutes of loading, naming neither. The socket is kept and served on, so no other program can take the port
+    meanwhile."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise SpecchatError(f"cannot serve on --host {host}: {e.strerror}") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # As Gradio and uvicorn do: a port lingering after a closed server (TIME_WAIT) is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise SpecchatError(
+                f"port {port} on {host} is in use by another program; choose another with --port"
+            ) from None
+        reason = os.strerror(e.errno) if e.errno else str(e)  # the OSError's own text repeats the address
+        raise SpecchatError(f"cannot serve on {host}:{port} ({reason}); choose another --port or --host") from None
+    return sock
 
 
 def print_progress(message: str) -> None:

@@ -8,10 +8,9 @@ from argparse import Namespace
 import pytest
 
 from specchat.api.params import MAX_K, ApiError, chat_request, completion_request, settings_of, speculation_of
-from specchat.api.serve import API_KEY_ENV, api_key, bind
+from specchat.api.serve import API_KEY_ENV, api_key
 from specchat.api.shapes import Reply, timings
 from specchat.engine import GenerationSettings, SamplingParams, Stats
-from specchat.errors import SpecchatError
 
 HELLO = [{"role": "user", "content": "Hello"}]
 
@@ -199,14 +198,3 @@ def test_serving_beyond_this_machine_without_a_key_warns(capsys, monkeypatch):
     monkeypatch.setenv(API_KEY_ENV, "from-env")
     assert api_key(Namespace(host="192.168.1.5", api_key=None)) == "from-env"
     assert capsys.readouterr().err == ""
-
-
-def test_a_port_in_use_is_one_clear_error():
-    taken = bind("127.0.0.1", 0)
-    port = taken.getsockname()[1]
-    taken.listen()
-    try:
-        with pytest.raises(SpecchatError, match=f"cannot serve on 127.0.0.1:{port} .*choose another --port"):
-            bind("127.0.0.1", port)
-    finally:
-        taken.close()

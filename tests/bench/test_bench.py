@@ -315,3 +315,20 @@ def test_bench_refuses_unknown_modes_and_speculation_without_a_draft(tiny_model,
     no_draft = specchat("bench", "--target", str(tiny_model), "--modes", "speculative", "--out", str(tmp_path / "b"))
     assert no_draft.returncode != 0 and "speculative mode needs a draft model" in no_draft.stderr
     assert not (tmp_path / "b").exists()
+
+
+def test_bench_refuses_an_out_folder_that_cannot_take_the_report_before_it_runs(tiny_model, tmp_path):
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "report.json").write_text("{}")
+    for out, message in (
+        (file, f"--out {file} is a file; give a folder for the report"),
+        (full, f"--out {full} already holds files; give a new or empty folder, so that none is overwritten"),
+        (file / "sub", f"--out {file / 'sub'}: {file} is a file, so no folder can be made in it"),
+    ):
+        run = specchat("bench", "--target", str(tiny_model), "--modes", "plain", "--repeats", "1", "--out", str(out))
+        # One line and nothing else: no model loaded, no progress line, no traceback after a benchmark's worth of work.
+        assert run.returncode == 1 and run.stderr.splitlines() == [f"error: {message}"], run.stderr
+    assert file.read_text() == "mine" and [f.name for f in full.iterdir()] == ["report.json"]

@@ -157,6 +157,20 @@ def test_resolve_model_accepts_paths_and_names_and_explains_the_rest(tmp_path: P
         cat.resolve_model("nope")
     with pytest.raises(cat.UnknownNameError, match="is a pair"):
         cat.resolve_model("qwen2.5-1.5b")
+    with pytest.raises(cat.UnknownNameError, match=f"^{tmp_path} is a folder, not a model file"):
+        cat.resolve_model(str(tmp_path))
+
+
+def test_a_broken_user_catalog_stops_no_one_who_gives_files(tmp_path: Path, smollm: Path):
+    write_catalog(cat.user_catalog_path(), "this is [not toml\n")
+    assert cat.resolve_model(str(smollm)) == smollm.resolve()
+    with pytest.raises(cat.UnknownNameError, match="no such model file"):
+        cat.resolve_model(str(tmp_path / "gone.gguf"))
+    with pytest.raises(cat.UnknownNameError, match="is a folder"):
+        cat.resolve_model(str(tmp_path))
+    # A name needs the catalog, which says what is wrong with it.
+    with pytest.raises(cat.CatalogError, match="is not valid TOML"):
+        cat.resolve_model("qwen2.5-0.5b-instruct")
 
 
 def test_resolve_pair_names_the_download_command():
@@ -207,6 +221,20 @@ def test_adding_bad_local_models_is_refused(tmp_path: Path, smollm: Path, capsys
         cat.add_local_model(other, name="smol")
     assert run_cli("add", str(text)) == 1
     assert capsys.readouterr().err.startswith("error: ")
+    # Headers whole, tensor data cut short (an interrupted download): refused now, not when llama.cpp loads it.
+    half = tmp_path / "half.gguf"
+    with open(smollm, "rb") as f:
+        half.write_bytes(f.read(smollm.stat().st_size // 2))
+    assert run_cli("add", str(half), "--name", "half") == 1
+    size = half.stat().st_size
+    assert capsys.readouterr().err == (
+        f"error: {half}: the file is cut short: its tensors need {smollm.stat().st_size} bytes but it has {size};"
+        " download or copy it again\n"
+    )
+    assert run_cli("add", str(tmp_path)) == 1
+    folder = f"error: {tmp_path} is a folder, not a GGUF model file; give the .gguf file itself\n"
+    assert capsys.readouterr().err == folder
+    assert "half" not in cat.local_models()
 
 
 def test_a_local_model_whose_file_went_away_says_so(tmp_path: Path, smollm: Path):

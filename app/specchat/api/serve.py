@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from specchat.api.server import create_app
 from specchat.errors import SpecchatError
 from specchat.host import EngineHost
-from specchat.launch import backend_config, print_progress, resolve_models
+from specchat.launch import backend_config, bind, print_progress, resolve_models
 
 API_KEY_ENV = "SPECCHAT_API_KEY"
 # On shutdown (Ctrl+C), streams still open get this long to finish before their connections are closed.
@@ -70,22 +70,6 @@ def base_url(host: str, port: int) -> str:
     """The address to print: an "any interface" bind is reached on this machine at 127.0.0.1."""
     shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound here so that a port in use is one clear error (uvicorn would log and exit)."""
-    try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
-    except OSError as e:
-        raise SpecchatError(f"cannot serve on {host}:{port} ({e}); check --host") from None
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        raise SpecchatError(f"cannot serve on {host}:{port} ({e}); choose another --port") from None
-    return sock
 
 
 def run(app: FastAPI, sock: socket.socket, on_ready: Callable[[], None]) -> None:

@@ -193,13 +193,26 @@ def register(subparsers) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 decodes greedily (default)")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--seed", type=int, default=0, help="repeat r samples with seed + r")
-    p.add_argument("--out", type=Path, help="report folder (default: bench-out/<date-time>)")
+    p.add_argument("--seed", type=int, default=0, help="repeat r samples with seed + r (-1: random seeds)")
+    p.add_argument("--out", type=Path, help="a new or empty report folder (default: bench-out/<date-time>)")
     p.set_defaults(func=cmd_bench)
 
 
+def check_out(out: Path) -> None:
+    """Refuse a report folder that could not take the report, before the benchmark runs (and its results are lost)."""
+    if out.exists() and not out.is_dir():
+        raise SpecchatError(f"--out {out} is a file; give a folder for the report")
+    if out.is_dir() and any(out.iterdir()):
+        raise SpecchatError(f"--out {out} already holds files; give a new or empty folder, so that none is overwritten")
+    existing = next(folder for folder in (out.absolute(), *out.absolute().parents) if folder.exists())
+    if not existing.is_dir():
+        raise SpecchatError(f"--out {out}: {existing} is a file, so no folder can be made in it")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SpecchatError(f"--out {out}: {existing} is not writable; give a folder you can write in")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    from specchat.engine import MODES, GenerationSettings, SamplingParams
+    from specchat.engine import MODES, RANDOM_SEED, GenerationSettings, SamplingParams
     from specchat.launch import load_engine, print_progress, resolve_models
 
     unknown = [mode for mode in args.modes if mode not in MODES]
@@ -210,10 +223,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.repeats < 1 or args.max_tokens < 1:
         raise SpecchatError("--repeats and --max-tokens must be at least 1")
     items = load_suite(args.suite, args.categories)
-    target, draft = resolve_models(args)
     sampling = SamplingParams(args.temperature)
+
+    def make_settings(mode: str, k: int, repeat: int) -> GenerationSettings:
+        seed = args.seed if args.seed == RANDOM_SEED else args.seed + repeat
+        return GenerationSettings(mode=mode, k=k, sampling=sampling, seed=seed, max_tokens=args.max_tokens)
+
+    configs = run_configs(args.modes, args.k)
+    make_settings(*configs[0], 0)  # the seed's check, before the models load
+    target, draft = resolve_models(args)
     started = dt.datetime.now().astimezone()
     out = args.out or Path("bench-out") / started.strftime("%Y%m%d-%H%M%S")
+    check_out(out)
 
     engine = load_engine(args, target, draft)
     try:
@@ -221,12 +242,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for mode in args.modes:
             engine.drafter(mode)
 
-        def make_settings(mode: str, k: int, repeat: int) -> GenerationSettings:
-            return GenerationSettings(
-                mode=mode, k=k, sampling=sampling, seed=args.seed + repeat, max_tokens=args.max_tokens
-            )
-
-        configs = run_configs(args.modes, args.k)
         print_progress(f"{len(items)} prompts x {len(configs)} configs x {args.repeats} repeats; warming up")
         records = benchmark(engine, items, configs, make_settings, args.repeats, print_progress)
         meta = {

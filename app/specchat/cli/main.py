@@ -31,7 +31,7 @@ def _generate_parser(sub) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="-1: a random one")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--json", action="store_true", help="print one JSON object: text, tokens, spans, stats")
@@ -40,15 +40,20 @@ def _generate_parser(sub) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from specchat.engine import GenerationSettings, SamplingParams
+    from specchat.engine.text import check_text
     from specchat.launch import load_engine, print_progress, resolve_models
 
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    try:
+        prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    except UnicodeDecodeError as e:
+        raise SpecchatError(f"standard input is not {e.encoding} text ({e.reason}); convert it to UTF-8") from None
     if not prompt.strip():  # before seconds of model loading: an empty pipe is a mistake, not a question
         raise SpecchatError("the prompt is empty: give --prompt TEXT, or --prompt - with the text on standard input")
-    try:
-        sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p)
-    except ValueError as e:
-        raise SpecchatError(str(e)) from None
+    # The engine checks the same before it generates; checked here too, before the models load.
+    check_text(prompt, "the prompt")
+    if args.system:
+        check_text(args.system, "--system")
+    sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p)
     settings = GenerationSettings(
         mode=args.mode, k=args.k, sampling=sampling, seed=args.seed, max_tokens=args.max_tokens, stop=tuple(args.stop)
     )
@@ -89,11 +94,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_serving_arguments(p: argparse.ArgumentParser, port: int) -> None:
-    from specchat.launch import add_model_arguments
+def _add_serving_arguments(p: argparse.ArgumentParser, default_port: int) -> None:
+    from specchat.launch import add_model_arguments, port
 
     p.add_argument("--host", default="127.0.0.1", help="interface to serve on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=port, help=f"port to serve on (default {port})")
+    p.add_argument("--port", type=port, default=default_port, help=f"port to serve on (default {default_port})")
     p.add_argument(
         "--api-key",
         help="demand `Authorization: Bearer KEY` on the API's routes (default: $SPECCHAT_API_KEY; unset: no key)",
@@ -102,9 +107,12 @@ def _add_serving_arguments(p: argparse.ArgumentParser, port: int) -> None:
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:
+    from specchat.launch import bind
+
+    sock = bind(args.host, args.port)  # before Gradio's seconds of importing
     from specchat.ui import app as ui_app  # Gradio loads here, for the commands that serve it only
 
-    return ui_app.main(args)
+    return ui_app.main(args, sock)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

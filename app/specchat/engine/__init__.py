@@ -2,12 +2,21 @@
 
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
 from specchat.engine.sampling import SamplingParams
-from specchat.engine.speculative import FIXED_K_MODES, MODES, Engine, GenerationSettings, TokenEvent, VerifyStep
+from specchat.engine.speculative import (
+    FIXED_K_MODES,
+    MODES,
+    RANDOM_SEED,
+    Engine,
+    GenerationSettings,
+    TokenEvent,
+    VerifyStep,
+)
 from specchat.engine.stats import Stats
 
 __all__ = [
     "FIXED_K_MODES",
     "MODES",
+    "RANDOM_SEED",
     "BackendConfig",
     "Engine",
     "GenerationSettings",

@@ -10,35 +10,59 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
 import numpy as np
-from llama_cpp import Llama
-from llama_cpp._internals import LlamaBatch
+from llama_cpp._internals import LlamaBatch, LlamaContext
+from llama_cpp._internals import LlamaModel as _Model
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from specchat.errors import ModelLoadError, PromptTooLongError, SpecchatError
 from specchat.models.gguf import read_metadata
 
-_GGML_LOG_ERROR, _GGML_LOG_CONT = 3, 5
+# ggml.h's enum ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (llama-cpp-python's _logger.py
+# lists an older order, in which 3 was ERROR: with it, warnings showed and errors vanished).
+_GGML_LOG_ERROR, _GGML_LOG_CONT = 4, 5
 _last_level = 0
+_held = threading.local()  # .lines: where llama.cpp's errors logged by this thread go instead of stderr
 
 
 @llama_cpp.llama_log_callback
 def _log_errors_only(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
-    # verbose=False still lets context-setup lines through; keep llama.cpp's errors, drop the chatter.
+    # All of llama.cpp's output comes through here (it prints nothing itself): keep its errors, drop the chatter.
     global _last_level
     if level != _GGML_LOG_CONT:
         _last_level = level
     if _last_level == _GGML_LOG_ERROR:
-        sys.stderr.write(text.decode("utf-8", errors="replace"))
+        message = text.decode("utf-8", errors="replace")
+        held = getattr(_held, "lines", None)
+        if held is None:
+            sys.stderr.write(message)
+        else:
+            held.append(message)
 
 
 llama_cpp.llama_log_set(_log_errors_only, ctypes.c_void_p(0))
+# llama-cpp-python's Llama would do this (and each load) inside suppress_stdout_stderr, which points the process's
+# file descriptors 1 and 2 at /dev/null meanwhile: from a loading thread, that swallows every other thread's output.
+llama_cpp.llama_backend_init()
+
+
+@contextmanager
+def _errors_held() -> Iterator[list[str]]:
+    """llama.cpp's error lines that this thread causes meanwhile, kept for the one exception that reports them."""
+    _held.lines = lines = []
+    try:
+        yield lines
+    finally:
+        del _held.lines
 
 
 def system_info() -> str:
@@ -112,26 +136,34 @@ class LlamaModel:
         self.path = Path(path)
         self.config = config
         self.metadata = read_metadata(self.path)  # raises NotGGUFError with a clear message
-        n_threads, n_threads_batch = config.threads
-        try:
-            self.llama = Llama(
-                model_path=str(self.path),
-                n_ctx=config.n_ctx,
-                n_batch=config.n_batch,
-                n_ubatch=config.n_batch,
-                n_threads=n_threads,
-                n_threads_batch=n_threads_batch,
-                n_gpu_layers=config.n_gpu_layers,
-                verbose=False,
-            )
-        except (ValueError, RuntimeError) as e:
-            raise ModelLoadError(f"{self.path.name}: llama.cpp could not load this model ({e})") from None
-        # The high-level Llama has no per-position logits flags, no KV rollback by position and no vocabulary
-        # queries (eog, pieces) without detokenizing: the loop drives its context and vocabulary directly.
-        self._ctx = self.llama._ctx
-        self._vocab = self.llama._model.vocab
+        # llama-cpp-python's high-level Llama has no per-position logits flags, no KV rollback by position and no
+        # vocabulary queries (eog, pieces) without detokenizing, and when quiet it silences the whole process while it
+        # loads: the model and its context are made here, with the settings Llama gave them (flash attention off).
+        model_params = llama_cpp.llama_model_default_params()
+        model_params.n_gpu_layers = config.n_gpu_layers  # negative: all layers
+        model_params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = config.n_ctx
+        params.n_batch = params.n_ubatch = min(config.n_ctx, config.n_batch)
+        params.n_threads, params.n_threads_batch = config.threads
+        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        model = None
+        with _errors_held() as errors:
+            try:
+                # verbose=True: no suppress_stdout_stderr around the load (the log callback above keeps it quiet).
+                model = _Model(path_model=str(self.path), params=model_params, verbose=True)
+                self._ctx = LlamaContext(model=model, params=params, verbose=True)
+            except (ValueError, RuntimeError) as e:
+                if model is not None:
+                    model.close()
+                # llama.cpp's own reason (e.g. tensor data beyond the end of the file) is in its error log, each line
+                # led by the function that logged it.
+                reason = "; ".join(re.sub(r"^\w+: ", "", line.strip()) for line in errors if line.strip()) or str(e)
+                raise ModelLoadError(f"{self.path.name}: llama.cpp could not load this model ({reason})") from None
+        self._model = model
+        self._vocab = self._model.vocab
         self._formatter: Jinja2ChatFormatter | None = None
-        self.n_vocab: int = self.llama.n_vocab()
+        self.n_vocab: int = self._model.n_vocab()
         self.n_ctx: int = self._ctx.n_ctx()
         self.n_batch: int = llama_cpp.llama_n_batch(self._ctx.ctx)  # llama.cpp may lower it for a small context
         self._batch = LlamaBatch(n_tokens=config.n_batch, embd=0, n_seq_max=1, verbose=False)
@@ -181,7 +213,7 @@ class LlamaModel:
         return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
 
     def tokenize(self, text: str, add_bos: bool = False, special: bool = True) -> list[int]:
-        return self.llama.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
+        return self._model.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
 
     def piece(self, token: int) -> bytes:
         """The bytes a token adds to the text (special tokens render as nothing)."""
@@ -199,9 +231,13 @@ class LlamaModel:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
 
     def check_room(self, n_tokens: int) -> None:
+        """n_tokens: the prompt and the answer's first token."""
         if n_tokens > self.n_ctx:
+            size, asked = f"{self.n_ctx}", self.config.n_ctx
+            if self.n_ctx > asked:  # llama.cpp pads the context (GGML_PAD in llama-context.cpp)
+                size += f" (the asked {asked}, which llama.cpp rounds up to a multiple of 256)"
             raise PromptTooLongError(
-                f"the prompt is {n_tokens} tokens but the context holds {self.n_ctx}: "
+                f"the prompt and the answer's first token need {n_tokens} tokens but the context holds {size}: "
                 "shorten the conversation or raise the context size"
             )
 
@@ -243,4 +279,5 @@ class LlamaModel:
 
     def close(self) -> None:
         self._batch.close()
-        self.llama.close()
+        self._ctx.close()
+        self._model.close()

@@ -6,10 +6,14 @@ at the argmax, so the same acceptance code serves both.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from specchat.errors import InvalidInputError
 
 # top-p first sorts only the tokens above this probability, and the whole vocabulary only when they do not
 # hold the requested mass: a full sort of 151936 logits costs ~10 ms per position.
@@ -18,20 +22,38 @@ _TOP_P_FLOOR = 1e-5
 _SAMPLE_BLOCK = 512
 
 
+def check_range(
+    name: str, value: object, low: float, high: float = math.inf, whole: bool = False, open_low: bool = False
+) -> None:
+    """Raise InvalidInputError, naming the setting and its allowed range, unless value is a finite number (a whole one
+    if `whole`) from low (excluded if `open_low`) to high."""
+    kind = numbers.Integral if whole else numbers.Real
+    ok = isinstance(value, kind) and not isinstance(value, bool)
+    # A whole number needs no finiteness test (math.isfinite would overflow on a huge int); nan fails every comparison.
+    ok = ok and (whole or math.isfinite(value)) and (low < value if open_low else low <= value) and value <= high
+    if not ok:
+        what = "a whole number" if whole else "a finite number"
+        span = f"of at least {low}" if high == math.inf else f"in {'(' if open_low else '['}{low}, {high}]"
+        raise InvalidInputError(f"{name} must be {what} {span}, not {value!r}")
+
+
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 0.0
+    temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # 0: off
     top_p: float = 1.0  # 1.0: off
     min_p: float = 0.0  # 0.0: off
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        # The transform runs in float32: a temperature that rounds to 0 there is greedy, the limit it tends to.
+        return bool(np.float32(self.temperature) == 0)
 
     def __post_init__(self) -> None:
-        if self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1 or not 0 <= self.min_p <= 1:
-            raise ValueError(f"invalid sampling parameters: {self}")
+        check_range("temperature", self.temperature, 0)
+        check_range("top_k", self.top_k, 0, whole=True)
+        check_range("top_p", self.top_p, 0, 1, open_low=True)
+        check_range("min_p", self.min_p, 0, 1)
 
 
 def one_hot(tokens: Sequence[int], n_vocab: int) -> np.ndarray:
@@ -45,8 +67,12 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """float32 probabilities over the vocabulary for one position."""
     if params.greedy:
         return one_hot([int(np.argmax(logits))], logits.shape[-1])[0]
-    p = logits.astype(np.float32) / np.float32(params.temperature)
+    p = logits.astype(np.float32)
+    # The maximum is taken away before dividing: logits over a tiny temperature would overflow to inf, and inf - inf
+    # is nan; this way the top token's exponent is exactly 0 and the others at most 0 (-inf is fine: exp gives 0).
     p -= p.max()
+    with np.errstate(over="ignore"):
+        p /= np.float32(params.temperature)
     np.exp(p, out=p)  # in place: this runs for every row of every verify step
     p /= p.sum(dtype=np.float64)
     keep = _support(p, params)

@@ -6,6 +6,7 @@ prompt + output so far and context[-1] (`last`) is the newest token, not yet eva
 
 from __future__ import annotations
 
+import numbers
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -19,16 +20,17 @@ from specchat.engine.calibration import K_LONG, Calibration, load_or_measure
 from specchat.engine.draft_copy import choose_draft
 from specchat.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
-from specchat.engine.sampling import ProbabilityRows, SamplingParams
+from specchat.engine.sampling import ProbabilityRows, SamplingParams, check_range
 from specchat.engine.stats import Stats
-from specchat.engine.text import TextStream
+from specchat.engine.text import TextStream, check_messages, check_text
 from specchat.engine.verify import verify, verify_greedy
-from specchat.errors import IncompatibleModelsError, SpecchatError
+from specchat.errors import IncompatibleModelsError, InvalidInputError, SpecchatError
 from specchat.models.compat import check_pair
 
 MODES = ("auto", "speculative", "lookup", "plain")
 # Modes that draft the asked k every step; auto picks its own length (up to K_LONG), plain drafts nothing.
 FIXED_K_MODES = ("speculative", "lookup")
+RANDOM_SEED = -1  # as a seed: a fresh one for every generation (None too); the app's seed setting offers it
 
 
 @dataclass(frozen=True)
@@ -36,9 +38,24 @@ class GenerationSettings:
     mode: str = "auto"  # one of MODES
     k: int = 4  # draft length of speculative and lookup modes; auto chooses its own, step by step, up to K_LONG
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    seed: int | None = 0
+    seed: int | None = 0  # RANDOM_SEED or None: random
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_range("max_tokens", self.max_tokens, 1, whole=True)
+        if self.mode in FIXED_K_MODES:
+            check_range(f"k (the draft length of {self.mode} mode)", self.k, 1, whole=True)
+        if self.seed is not None and self.seed != RANDOM_SEED:
+            if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
+                # numpy seeds with any whole number from 0 up.
+                raise InvalidInputError(
+                    f"seed must be {RANDOM_SEED} (random) or a whole number of at least 0, not {self.seed!r}"
+                )
+
+    def rng(self) -> np.random.Generator:
+        """The generator the generation samples with: from the seed, or from the OS's entropy for a random one."""
+        return np.random.default_rng(None if self.seed in (None, RANDOM_SEED) else self.seed)
 
 
 @dataclass(frozen=True)
@@ -127,9 +144,11 @@ class Engine:
         return self.target.tokenize(text, add_bos=self.target.add_bos)
 
     def chat(self, messages: Sequence[dict], settings: GenerationSettings) -> Iterator[TokenEvent]:
+        check_messages(messages)
         return self.generate_tokens(self.chat_prompt(messages), settings)
 
     def generate(self, prompt: str, settings: GenerationSettings) -> Iterator[TokenEvent]:
+        check_text(prompt, "the prompt")
         return self.generate_tokens(self.text_prompt(prompt), settings)
 
     # The loop
@@ -181,16 +200,12 @@ class Engine:
         """Checks run now (fail fast); decoding starts at the first next()."""
         if not prompt:
             raise SpecchatError("the prompt is empty")
-        if settings.max_tokens < 1:
-            raise SpecchatError(f"max_tokens must be at least 1, not {settings.max_tokens}")
-        if settings.mode in FIXED_K_MODES and settings.k < 1:
-            raise SpecchatError(f"{settings.mode} mode drafts k tokens a step: k must be at least 1, not {settings.k}")
         self.target.check_room(len(prompt) + 1)
         return self._loop(prompt, settings, self.drafter(settings.mode, prompt))
 
     def _loop(self, prompt: list[int], settings: GenerationSettings, drafter: Drafter) -> Iterator[TokenEvent]:
         target, params = self.target, settings.sampling
-        rng = np.random.default_rng(settings.seed)
+        rng = settings.rng()
         stats = self.last_stats = Stats(mode=settings.mode, strategy=drafter.name)
         text = TextStream(settings.stop)
         context = list(prompt)  # prompt + output; context[-1] is `last`

@@ -5,6 +5,31 @@ from __future__ import annotations
 import codecs
 from collections.abc import Sequence
 
+from specchat.errors import InvalidInputError
+
+
+def check_text(text: str, what: str) -> None:
+    """Refuse text that is not valid Unicode: a lone surrogate (U+D800-U+DFFF), which a browser can send and which
+    Python makes of bytes that are not UTF-8 in a command line, has no UTF-8 form for the tokenizer.
+
+    Refused rather than replaced with U+FFFD: the model would answer text the user did not write, without a word why.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidInputError(
+            f"{what} is not valid Unicode: character {e.start + 1} is a lone surrogate (U+{ord(text[e.start]):04X}), "
+            "the trace of text that was not valid UTF-8; remove it or fix the text's encoding"
+        ) from None
+
+
+def check_messages(messages: Sequence[dict]) -> None:
+    """check_text on every text of a chat (contents, roles, names)."""
+    for number, message in enumerate(messages, 1):
+        for key, value in message.items():
+            if isinstance(value, str):
+                check_text(value, f"the {key} of message {number}")
+
 
 class TextStream:
     def __init__(self, stop: Sequence[str] = ()):

@@ -19,7 +19,7 @@ from typing import Any
 import platformdirs
 
 from specchat.errors import SpecchatError
-from specchat.models.gguf import read_metadata
+from specchat.models.gguf import check_complete
 
 APP_NAME = "specchat"
 CATALOG_FILE_NAME = "models.toml"
@@ -344,7 +344,7 @@ def _default_local_name(path: Path) -> str:
 def add_local_model(path: str | Path, name: str | None = None, catalog: Catalog | None = None) -> tuple[str, Path]:
     """Register a GGUF file under a name (default: its file name without .gguf). The file is not copied."""
     file = Path(path).expanduser().resolve()
-    read_metadata(file)
+    check_complete(file)
     name = name or _default_local_name(file)
     if not _NAME.match(name):
         raise SpecchatError(f"model name {name!r} may hold only letters, digits, '.', '_' and '-'; choose another")
@@ -391,20 +391,26 @@ def _installed_file(name: str, catalog: Catalog, local: dict[str, Path]) -> Path
 
 
 def resolve_model(arg: str, catalog: Catalog | None = None) -> Path:
-    """A model argument -> a GGUF file: an existing file path, or the name of an installed catalog or local model."""
+    """A model argument -> a GGUF file: an existing file path, or the name of an installed catalog or local model.
+
+    The catalogs are read only for what can be a name: a broken user catalog stops no one who gives a file's path.
+    """
     as_path = Path(arg).expanduser()
     if as_path.is_file():
         return as_path.resolve()
-    catalog = catalog or load_catalog()
-    local = local_models()
-    if arg in catalog.models or arg in local:
-        path = _installed_file(arg, catalog, local)
-        if path is None:
-            raise NotInstalledError(f"model {arg!r} is not downloaded yet: run `specchat models download {arg}`")
-        return path
-    if arg in catalog.pairs:
-        pair = catalog.pairs[arg]
-        raise UnknownNameError(f"{arg!r} is a pair, not one model; use it as a pair or name {pair.target!r}")
+    if _NAME.match(arg):
+        catalog = catalog or load_catalog()
+        local = local_models()
+        if arg in catalog.models or arg in local:
+            path = _installed_file(arg, catalog, local)
+            if path is None:
+                raise NotInstalledError(f"model {arg!r} is not downloaded yet: run `specchat models download {arg}`")
+            return path
+        if arg in catalog.pairs:
+            pair = catalog.pairs[arg]
+            raise UnknownNameError(f"{arg!r} is a pair, not one model; use it as a pair or name {pair.target!r}")
+    if as_path.is_dir():
+        raise UnknownNameError(f"{as_path} is a folder, not a model file: give the path of a .gguf file in it")
     if _looks_like_path(arg):
         raise UnknownNameError(f"no such model file: {as_path}; check the path")
     raise UnknownNameError(f"unknown model {arg!r}: give a GGUF file path or a model name from `specchat models list`")

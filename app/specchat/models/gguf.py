@@ -5,8 +5,10 @@ A GGUF file is untrusted input: every length is bounded by the file size before 
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,17 @@ GGUF_MAGIC = b"GGUF"
 # GGUF value types -> struct format (scalars); 8 = string, 9 = array.
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+_DEFAULT_ALIGNMENT, _MAX_DIMS = 32, 4  # GGUF_DEFAULT_ALIGNMENT, GGML_MAX_DIMS
+# ggml type -> (elements per block, bytes per block), as ggml's ggml_blck_size and ggml_type_size give them (a test
+# compares them with the library's): F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q8_K, IQ2_XXS, IQ2_XS, IQ3_XXS,
+# IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, I8, I16, I32, I64, F64, IQ1_M, BF16, TQ1_0, TQ2_0, MXFP4, NVFP4, Q1_0, Q2_0.
+_TYPE_SIZES: dict[int, tuple[int, int]] = {
+    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 9: (32, 36),
+    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292),
+    16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18), 21: (256, 110), 22: (256, 82),
+    23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8), 29: (256, 56), 30: (1, 2),
+    34: (256, 54), 35: (256, 66), 39: (32, 17), 40: (64, 36), 41: (128, 18), 42: (64, 18),
+}  # fmt: skip
 
 
 class _Reader:
@@ -58,26 +71,66 @@ class _Reader:
 
 def read_metadata(path: str | Path) -> dict[str, Any]:
     """All metadata key/values of a GGUF file. Raises NotGGUFError for anything else."""
+    return _parse(Path(path), lambda r: _read_kv(r)[1])
+
+
+def check_complete(path: str | Path) -> None:
+    """Raise NotGGUFError when the file ends before its tensor data does (a download or copy cut short): its header
+    alone reads well, and llama.cpp would refuse it only when loading it."""
     path = Path(path)
+    end, size = _parse(path, _data_end), path.stat().st_size
+    if end > size:
+        raise NotGGUFError(
+            f"{path}: the file is cut short: its tensors need {end} bytes but it has {size}; download or copy it again"
+        )
+
+
+def _parse(path: Path, read: Callable[[_Reader], Any]) -> Any:
+    if path.is_dir():
+        raise NotGGUFError(f"{path} is a folder, not a GGUF model file; give the .gguf file itself")
     if not path.is_file():
         raise NotGGUFError(f"{path}: no such file")
     with open(path, "rb") as f:
         if f.read(4) != GGUF_MAGIC:
             raise NotGGUFError(f"{path}: not a GGUF model file (it does not start with the GGUF magic bytes)")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return _read_kv(_Reader(buf, path))
+            return read(_Reader(buf, path))
 
 
-def _read_kv(r: _Reader) -> dict[str, Any]:
+def _read_kv(r: _Reader) -> tuple[int, dict[str, Any]]:
+    """(number of tensors, metadata), leaving r at the tensor infos."""
     version = r.scalar("<I")
     if version < 2:
         raise NotGGUFError(f"{r.path}: GGUF version {version} is too old; convert the model again")
-    _n_tensors, n_kv = r.scalar("<Q"), r.scalar("<Q")
+    n_tensors, n_kv = r.scalar("<Q"), r.scalar("<Q")
     meta: dict[str, Any] = {"GGUF.version": version}
     for _ in range(n_kv):
         key = r.string()
         meta[key] = r.value(r.scalar("<I"))
-    return meta
+    return n_tensors, meta
+
+
+def _data_end(r: _Reader) -> int:
+    """Where the last tensor's data ends: the data section starts at the first multiple of general.alignment after
+    the tensor infos, and each info gives its tensor's offset in it (ggml's gguf.cpp reads files the same way)."""
+    n_tensors, meta = _read_kv(r)
+    alignment = meta.get("general.alignment", _DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise NotGGUFError(f"{r.path}: corrupt GGUF header (alignment {alignment!r} is not a power of 2)")
+    end = 0
+    for _ in range(n_tensors):
+        name, n_dims = r.string(), r.scalar("<I")
+        if n_dims > _MAX_DIMS:
+            raise NotGGUFError(f"{r.path}: corrupt GGUF header (tensor {name!r} has {n_dims} dimensions)")
+        dims = [r.scalar("<Q") for _ in range(n_dims)]
+        ggml_type, offset = r.scalar("<I"), r.scalar("<Q")
+        if ggml_type not in _TYPE_SIZES:
+            raise NotGGUFError(
+                f"{r.path}: tensor {name!r} has a type ({ggml_type}) this version of specchat does not know"
+            )
+        block, size = _TYPE_SIZES[ggml_type]
+        end = max(end, offset + math.prod(dims) // block * size)
+    return -(-r.pos // alignment) * alignment + end
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import socket
 import sys
 import threading
 import time
@@ -43,8 +44,8 @@ UPDATE_INTERVAL_S = 0.08
 WAIT_POLL_S = 0.25
 
 
-def main(args: argparse.Namespace) -> int:
-    """Serve the app until interrupted."""
+def main(args: argparse.Namespace, sock: socket.socket) -> int:
+    """Serve the app on sock (bound to --host and --port) until interrupted."""
     overrides = {name: getattr(args, name) for name in ("threads", "gpu_layers") if getattr(args, name) is not None}
     host = EngineHost(draft_as_is=args.draft_as_is)
     try:
@@ -59,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
         host.load(*chosen, backend_config(replace(load_settings(), **overrides), args.n_ctx))
     demo = build_app(host, n_ctx=args.n_ctx, overrides=overrides, pair=args.pair)
     try:
-        launch(demo, host, args)
+        launch(demo, host, args, sock)
     finally:
         host.close()
     return 0
@@ -76,10 +77,9 @@ def backend_config(settings: Settings, n_ctx: int) -> BackendConfig:
     return BackendConfig(n_ctx=n_ctx, n_threads=settings.threads or None, n_gpu_layers=settings.gpu_layers)
 
 
-def launch(demo: gr.Blocks, host: EngineHost, args: argparse.Namespace) -> None:
+def launch(demo: gr.Blocks, host: EngineHost, args: argparse.Namespace, sock: socket.socket) -> None:
     """Serve the app, with the OpenAI-compatible API beside it on the same engine and line, until interrupted."""
     key = serve.api_key(args)
-    sock = serve.bind(args.host, args.port)
     try:
         app = gr.mount_gradio_app(
             create_app(host, key),
