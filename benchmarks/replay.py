@@ -2,7 +2,7 @@
 
     python benchmarks/replay.py TARGET.gguf DRAFT.gguf [--categories code_editing] [--max-tokens 128]
         [--recording replay.json] [--auto-only] [--c-scale 1.14 --r-scale 1.03] [--calibration CAL.json ...]
-        [--r-long R]
+        [--r-long R] [--policy-json '{"explore_share": 0.05}']
 
 Decodes each suite prompt plainly (greedy) and reads the answer through the draft once, recording at every
 position the draft's greedy token and its probability for it (the draft as the app runs it: its CPU copy where
@@ -13,8 +13,9 @@ draft's cache priced as a batch):
   by prompt lookup only, by the draft model only, or by both (over positions and how far behind the draft's
   cache is). No policy that has to guess beats them.
 - auto: AutoDrafter as the engine runs it, its draft model answering from the recording, each decode
-  timed at the calibrated costs. Noise-free and seconds long: a check of a policy change before a real
-  `specchat bench`, whose greedy `auto` rows it should track (it leaves out the loop's own Python time).
+  timed at the calibrated costs. Noise-free and seconds long: a check of a policy change (--policy-json, the
+  fields of AutoPolicy that differ from DEFAULT_POLICY) before a real `specchat bench`, whose greedy `auto` rows
+  it should track (it leaves out the loop's own Python time).
 
 Calibration times single decodes and batches in isolation. Real generations cost more: the cost model fitted on
 a fixed-k run (`codecopy-greedy`) gave 1.14x calibration's c and 1.03x its r(4). Priced so (--c-scale 1.14 --r-scale
@@ -36,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from specchat.bench.run import BUILTIN, load_suite
-from specchat.engine import Engine, GenerationSettings
+from specchat.engine import DEFAULT_POLICY, AutoPolicy, Engine, GenerationSettings
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
 from specchat.engine.calibration import K_LONG, K_MAX, Calibration
 from specchat.engine.drafters import ModelDrafter
@@ -111,14 +112,14 @@ class RecordedDraft:
         return row
 
 
-def ceilings(answer: Answer, costs: Prices, n_vocab: int) -> list[float]:
+def ceilings(answer: Answer, costs: Prices, n_vocab: int, policy: AutoPolicy) -> list[float]:
     """Target steps (units of t1) for the cheapest way through the answer, knowing which drafts pass: drafting by
     prompt lookup only, by the draft model only, and by both.
 
     Prompt lookup takes the match auto mode would find first, with no memory of earlier copies; the draft read
     the prompt along with the target."""
     tokens = answer.tokens
-    finder = auto_lookup(n_vocab)
+    finder = auto_lookup(n_vocab, policy)
     copies = [common_prefix(finder.find(answer.prompt + tokens[:t], K_LONG), tokens[t:]) for t in range(len(tokens))]
     agree = [common_prefix(answer.guesses[t:], tokens[t:]) for t in range(len(tokens))]
     return [_cheapest(copies, agree, costs, lookup, model) for lookup, model in ((1, 0), (0, 1), (1, 1))]
@@ -154,17 +155,17 @@ def _cheapest(copies: list[int], agree: list[int], costs: Prices, lookup: bool, 
     return min(best[n].values())
 
 
-def replayed_cost(answer: Answer, calibration: Calibration, n_vocab: int, costs: Prices) -> float:
+def replayed_cost(answer: Answer, calibration: Calibration, n_vocab: int, costs: Prices, policy: AutoPolicy) -> float:
     """Target steps (units of t1) that auto mode's policy takes for the answer, at costs (which stay put; the
     policy starts from calibration, and its own LiveCosts learn from its steps)."""
     recorded = RecordedDraft(answer, n_vocab, costs)
-    auto = AutoDrafter(calibration, auto_lookup(n_vocab), ModelDrafter(recorded, n_vocab))
+    auto = AutoDrafter(calibration, auto_lookup(n_vocab, policy), ModelDrafter(recorded, n_vocab), policy=policy)
     context = list(answer.prompt)
     auto.prefill(context)  # prompt time, not counted (as in `specchat bench`)
     tokens, t, spent_s = answer.tokens, 0, 0.0
     while t < len(tokens):
         before = recorded.seconds
-        drafts, _ = auto.propose(context, min(K_LONG, len(tokens) - t - 1), SamplingParams(), None)
+        drafts = auto.propose(context, len(tokens) - t - 1, SamplingParams(), None).tokens  # as the loop: auto caps k
         draft_s, verify_s = recorded.seconds - before, costs.r(len(drafts) + 1) * costs.t1
         accepted = common_prefix(drafts, tokens[t:])
         auto.observe(len(drafts), accepted, draft_s, verify_s)
@@ -219,7 +220,17 @@ def main() -> None:
     ap.add_argument(
         "--r-long", type=float, help=f"r({K_LONG + 1}) for a calibration that did not measure it (else never drafted)"
     )
+    ap.add_argument(
+        "--policy-json",
+        default="{}",
+        help="auto's policy: the fields of AutoPolicy (engine/policy.py) that differ from DEFAULT_POLICY, as a JSON "
+        'object, lists for tuples: \'{"explore_share": 0.05, "resume_prior": [0.6, 0.8]}\'',
+    )
     args = ap.parse_args()
+    try:
+        policy = DEFAULT_POLICY.with_changes(args.policy_json)
+    except ValueError as e:
+        ap.error(f"--policy-json: {e}")
     recorded_cal, n_vocab, answers = recorded(args)
     calibrations = [
         (f"{path.parent.name}/{path.name}", Calibration.from_json(path.read_text())) for path in args.calibration or []
@@ -237,8 +248,8 @@ def main() -> None:
         )
         totals: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(len(columns) + 1))
         for answer_id, answer in answers:
-            steps = [] if args.auto_only else ceilings(answer, costs, n_vocab)
-            steps.append(replayed_cost(answer, cal, n_vocab, costs))
+            steps = [] if args.auto_only else ceilings(answer, costs, n_vocab, policy)
+            steps.append(replayed_cost(answer, cal, n_vocab, costs, policy))
             n = len(answer.tokens)
             if len(calibrations) <= 1:
                 line = ", ".join(f"{c} {n / s:.2f}x" for c, s in zip(columns, steps))

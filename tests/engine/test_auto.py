@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from helpers import DESIGN_R
-from specchat.engine import Engine, GenerationSettings, VerifyStep
+from specchat.engine import DEFAULT_POLICY, Engine, GenerationSettings, VerifyStep
 from specchat.engine.calibration import BATCH_SIZES, K_LONG, K_MAX, Calibration, load_or_measure
 
 CODE = "def area(w, h):\n    result = w * h\n    return result\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
@@ -45,12 +47,15 @@ def test_calibration_measures_once_and_is_cached(tiny):
     assert load_or_measure(tiny.target, None, tiny.cache_dir).key != cal.key
 
 
+STORY = [{"role": "user", "content": "Tell a short story about rain."}]
+
+
 def test_auto_drafts_with_the_model_where_drafts_are_cheap_and_stays_exact(tiny):
     real = tiny.calibration()
     # A GPU-like machine: batches cost about one step and the draft a tenth of one.
     tiny._calibration = Calibration(real.t1, {n: 1.0 + 0.02 * n for n in range(2, K_MAX + 2)}, 0.1, real.key)
     try:
-        events, steps = run(tiny, [{"role": "user", "content": "Tell a short story about rain."}], max_tokens=100)
+        events, steps = run(tiny, STORY, max_tokens=100)
     finally:
         tiny._calibration = real
     by_model = [step for strategy, step in steps if strategy.startswith("draft model")]
@@ -59,6 +64,20 @@ def test_auto_drafts_with_the_model_where_drafts_are_cheap_and_stays_exact(tiny)
     assert all(step.n_accepted == len(step.drafts) > 0 for step in by_model)
     for _, step in steps:
         assert step.drafts[: step.n_accepted] == step.logits.argmax(axis=1)[: step.n_accepted].tolist()
+
+
+def test_auto_runs_by_the_policy_the_engine_is_given(tiny):
+    real = tiny.calibration()
+    tiny._calibration = Calibration(real.t1, {n: 1.0 + 0.02 * n for n in range(2, K_MAX + 2)}, 0.1, real.key)
+    # Where the default policy drafts with the model (above), one asking a 100-fold gain and never probing does not
+    tiny.policy = replace(DEFAULT_POLICY, min_gain=100.0, model_min_gain=100.0, explore_share=0.0)
+    try:
+        events, steps = run(tiny, STORY, max_tokens=40)
+    finally:
+        tiny._calibration, tiny.policy = real, DEFAULT_POLICY
+    assert events[-1].stats.tokens == 40 and events[-1].stats.drafted == 0
+    strategies = {s for s, _ in steps}
+    assert all(s.startswith("plain: even perfectly accepted drafts would run at") for s in strategies), strategies
 
 
 def test_auto_decodes_plainly_when_drafts_cannot_pay_and_says_why(tiny):
@@ -130,3 +149,11 @@ def test_auto_keeps_what_it_learned_for_the_conversation_and_the_costs_for_the_m
     other = tiny.drafter("auto", tiny.chat_prompt([{"role": "user", "content": "Count to five."}]))
     assert other is not drafter and other.costs is drafter.costs
     assert other.model_source.tracker is not drafter.model_source.tracker
+    # Under another policy even the same conversation starts afresh: an experiment carries nothing over.
+    before = tiny.drafter("auto", tiny.chat_prompt(first))
+    tiny.policy = replace(DEFAULT_POLICY, explore_share=0.05)
+    try:
+        changed = tiny.drafter("auto", tiny.chat_prompt(follow_up))
+    finally:
+        tiny.policy = DEFAULT_POLICY
+    assert changed is not before and changed.costs is not before.costs and changed.policy.explore_share == 0.05

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import DESIGN_R as CPU_R
-from specchat.engine.adaptive import CHANCE_K_MAX, EXPLORE_SHARE, AcceptanceTracker, AutoDrafter, auto_lookup
+from specchat.engine.adaptive import AcceptanceTracker, AutoDrafter, auto_lookup
 from specchat.engine.calibration import K_LONG, K_MAX, Calibration
 from specchat.engine.costmodel import (
     best_k,
@@ -16,86 +18,29 @@ from specchat.engine.costmodel import (
     expected_tokens_by_length,
     interpolate_r,
     speedup,
+    speedups,
 )
 from specchat.engine.drafters import RESUME_WINDOW, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
+from specchat.engine.policy import DEFAULT_POLICY, AutoPolicy
 from specchat.engine.sampling import SamplingParams
 
 GPU_R = {n: 1.0 + 0.02 * (n - 1) for n in range(2, K_MAX + 2)}
+# fmt: off
 # Measured on two Xeon cores: llama.cpp takes a batch 4 or 16 tokens at a time, so 16 cost little more than 8.
-BLOCKY_R = {
-    2: 1.68,
-    3: 2.11,
-    4: 1.73,
-    5: 2.19,
-    6: 2.99,
-    7: 3.35,
-    8: 3.4,
-    9: 3.8,
-    10: 4.44,
-    11: 4.9,
-    12: 4.3,
-    13: 5.4,
-    14: 5.4,
-    15: 5.3,
-    16: 4.3,
-}
+BLOCKY_R = {2: 1.68, 3: 2.11, 4: 1.73, 5: 2.19, 6: 2.99, 7: 3.35, 8: 3.4, 9: 3.8, 10: 4.44, 11: 4.9, 12: 4.3,
+            13: 5.4, 14: 5.4, 15: 5.3, 16: 4.3}
 
 # Calibrated on two AMD EPYC cores (AVX-512): a batch costs nearly a step a token, but for 16 at once.
-EPYC_R = {
-    2: 1.99,
-    3: 2.61,
-    4: 3.27,
-    5: 3.81,
-    6: 4.68,
-    7: 5.76,
-    8: 7.41,
-    9: 8.6,
-    10: 8.48,
-    11: 8.99,
-    12: 9.43,
-    13: 9.87,
-    14: 10.15,
-    15: 10.22,
-    16: 8.2,
-}
+EPYC_R = {2: 1.99, 3: 2.61, 4: 3.27, 5: 3.81, 6: 4.68, 7: 5.76, 8: 7.41, 9: 8.6, 10: 8.48, 11: 8.99, 12: 9.43,
+          13: 9.87, 14: 10.15, 15: 10.22, 16: 8.2}
 # Calibrated on two AMD EPYC Zen 5 cores (family 26, AVX-512): the same shape, 16 a little cheaper.
-ZEN5_R = {
-    2: 1.95,
-    3: 2.67,
-    4: 3.17,
-    5: 3.92,
-    6: 4.63,
-    7: 5.33,
-    8: 5.92,
-    9: 6.34,
-    10: 7.02,
-    11: 7.28,
-    12: 7.0,
-    13: 7.71,
-    14: 8.03,
-    15: 8.36,
-    16: 6.75,
-}
+ZEN5_R = {2: 1.95, 3: 2.67, 4: 3.17, 5: 3.92, 6: 4.63, 7: 5.33, 8: 5.92, 9: 6.34, 10: 7.02, 11: 7.28, 12: 7.0,
+          13: 7.71, 14: 8.03, 15: 8.36, 16: 6.75}
 # The same machine another day, with a batch of 32: 0.30 steps a token against 0.33 for 16.
-ZEN5_LONG_R = {
-    2: 1.82,
-    3: 2.42,
-    4: 3.04,
-    5: 3.71,
-    6: 4.5,
-    7: 5.13,
-    8: 5.38,
-    9: 5.5,
-    10: 5.8,
-    11: 5.98,
-    12: 6.01,
-    13: 5.99,
-    14: 6.75,
-    15: 6.54,
-    16: 5.36,
-    32: 9.58,
-}
+ZEN5_LONG_R = {2: 1.82, 3: 2.42, 4: 3.04, 5: 3.71, 6: 4.5, 7: 5.13, 8: 5.38, 9: 5.5, 10: 5.8, 11: 5.98, 12: 6.01,
+               13: 5.99, 14: 6.75, 15: 6.54, 16: 5.36, 32: 9.58}
+# fmt: on
 
 
 def test_expected_tokens_matches_its_series():
@@ -106,6 +51,13 @@ def test_expected_tokens_matches_its_series():
     # Per position: the second draft is judged only if the first passed.
     assert expected_tokens_by_length([0.5, 0.2]) == pytest.approx([1.5, 1.6])
     assert expected_tokens(1.0, 4) == 5
+
+
+def test_speedups_by_position_agree_with_one_acceptance_for_all():
+    r = interpolate_r(CPU_R)
+    assert speedups([0.7] * 6, 0.3, r) == pytest.approx([speedup(0.7, k, 0.3, r) for k in range(1, 7)])
+    # A later position that never passes adds nothing, and the longer batch costs more.
+    assert speedups([0.9, 0.0, 0.9], 0.0, r) == pytest.approx([1.9 / r(2), 1.9 / r(3), 1.9 / r(4)])
 
 
 def test_interpolated_r_hits_measured_points_and_extends_the_last_slope():
@@ -202,21 +154,22 @@ def judge(drafter: AutoDrafter, n_drafted: int, n_accepted: int) -> None:
     drafter.observe(n_drafted, n_accepted, 0.0, drafter.costs.t1 * drafter.r(n_drafted + 1))
 
 
-def auto(r, c) -> AutoDrafter:
-    return AutoDrafter(Calibration(t1=0.07, r=r, c=c, key="test"), auto_lookup(100), None)
+def auto(r, c, policy: AutoPolicy = DEFAULT_POLICY) -> AutoDrafter:
+    return AutoDrafter(Calibration(t1=0.07, r=r, c=c, key="test"), auto_lookup(100, policy), None, policy=policy)
 
 
 def test_auto_uses_lookup_on_repeated_text_and_stops_when_it_fails():
     rng = np.random.default_rng(0)
     drafter = auto(CPU_R, None)
     context = list(range(10, 40)) + list(range(10, 15))  # the output repeats the prompt
-    tokens, rows = drafter.propose(context, 8, SamplingParams(), rng)
-    assert tokens and tokens[0] == 15 and rows is None  # one-hot drafts: verify() needs no rows
-    assert drafter.name.startswith("prompt lookup")
+    proposal = drafter.propose(context, 8, SamplingParams(), rng)
+    tokens = proposal.tokens
+    assert tokens and tokens[0] == 15 and proposal.rows is None  # one-hot drafts: verify() needs no rows
+    assert proposal.reason.startswith("prompt lookup")
     for _ in range(3):  # the target keeps rejecting: lookup stops paying
         judge(drafter, len(tokens), 0)
-    tokens, _ = drafter.propose(context, 8, SamplingParams(), rng)
-    assert tokens == [] and drafter.name.startswith("plain")
+    proposal = drafter.propose(context, 8, SamplingParams(), rng)
+    assert proposal.tokens == [] and proposal.reason.startswith("plain")
 
 
 def test_auto_trusts_a_short_match_where_a_copy_resumes_not_elsewhere():
@@ -224,14 +177,14 @@ def test_auto_trusts_a_short_match_where_a_copy_resumes_not_elsewhere():
     drafter = auto(CPU_R, None)
     prompt = [50, 51, 1, 2, 3, 10, 11, 12, 13, 14, 50, 51, 15, 16, 17]
     for _ in range(3):  # pairs repeated by chance: the target rejects them
-        tokens, _ = drafter.propose(prompt + [7, 50, 51], 8, SamplingParams(), rng)
+        tokens = drafter.propose(prompt + [7, 50, 51], 8, SamplingParams(), rng).tokens
         judge(drafter, len(tokens), 0)
-    assert drafter.propose(prompt + [7, 50, 51], 8, SamplingParams(), rng)[0] == []
-    tokens, _ = drafter.propose(prompt + [10, 11, 12, 13], 8, SamplingParams(), rng)
+    assert drafter.propose(prompt + [7, 50, 51], 8, SamplingParams(), rng).tokens == []
+    tokens = drafter.propose(prompt + [10, 11, 12, 13], 8, SamplingParams(), rng).tokens
     assert tokens[0] == 14
     judge(drafter, len(tokens), 1)  # 14 accepted; the target then inserted 99 before going on with (50, 51)
-    tokens, _ = drafter.propose(prompt + [10, 11, 12, 13, 14, 99, 50, 51], 8, SamplingParams(), rng)
-    assert tokens[:3] == [15, 16, 17] and "copy resuming" in drafter.name
+    proposal = drafter.propose(prompt + [10, 11, 12, 13, 14, 99, 50, 51], 8, SamplingParams(), rng)
+    assert proposal.tokens[:3] == [15, 16, 17] and "copy resuming" in proposal.reason
 
 
 def test_a_copy_in_progress_grows_its_drafts_to_the_cheap_long_batch():
@@ -241,7 +194,7 @@ def test_a_copy_in_progress_grows_its_drafts_to_the_cheap_long_batch():
     out = source[:10]  # the answer copies its input
     lengths = []
     while len(out) < 70:
-        tokens, _ = drafter.propose(source + out, K_MAX, SamplingParams(), rng)
+        tokens = drafter.propose(source + out, K_MAX, SamplingParams(), rng).tokens
         assert tokens == source[len(out) : len(out) + len(tokens)]
         judge(drafter, len(tokens), len(tokens))
         lengths.append(len(tokens))
@@ -256,9 +209,9 @@ def test_where_only_the_long_batch_pays_a_copy_in_progress_drafts_into_it_and_a_
     drafter = auto(EPYC_R, None)
     source = list(range(10, 99))
     # 8 tokens repeated: a copy, but its 15 next tokens are too uncertain a bet for a batch costing 8.2 steps.
-    assert drafter.propose([*source, *source[:8]], K_MAX, SamplingParams(), rng)[0] == []
-    tokens, _ = drafter.propose([*source, *source[:16]], K_MAX, SamplingParams(), rng)
-    assert tokens == source[16 : 16 + K_MAX] and "16-gram or longer" in drafter.name
+    assert drafter.propose([*source, *source[:8]], K_MAX, SamplingParams(), rng).tokens == []
+    proposal = drafter.propose([*source, *source[:16]], K_MAX, SamplingParams(), rng)
+    assert proposal.tokens == source[16 : 16 + K_MAX] and "16-gram or longer" in proposal.reason
 
 
 def copy_lengths(r: dict[int, float], source_len: int = 200) -> list[int]:
@@ -270,7 +223,7 @@ def copy_lengths(r: dict[int, float], source_len: int = 200) -> list[int]:
     lengths = []
     while len(out) < len(source):
         room = len(source) - len(out) - 1  # as the loop leaves the last token to the target
-        tokens, _ = drafter.propose(source + out, min(K_LONG, room), SamplingParams(), rng)
+        tokens = drafter.propose(source + out, min(K_LONG, room), SamplingParams(), rng).tokens
         assert tokens == source[len(out) : len(out) + len(tokens)]
         judge(drafter, len(tokens), len(tokens))
         lengths.append(len(tokens))
@@ -297,33 +250,39 @@ def test_plain_steps_teach_lookup_that_a_copy_goes_on():
     source = list(range(10, 99))
     out = source[:2]  # the answer starts copying its input, decoded plainly while the match is short
     drafter = auto(ZEN5_R, None)
-    while not (tokens := drafter.propose(source + out, K_MAX, SamplingParams(), rng)[0]):
+    while not (tokens := drafter.propose(source + out, K_MAX, SamplingParams(), rng).tokens):
         judge(drafter, 0, 0)
         out = source[: len(out) + 1]  # the target's token: the one the undrafted lookup proposal had next
     # Each plain step confirmed the copy's next token, and a copy's match drafts before it reaches 16 tokens,
     assert len(out) < 16 and tokens == source[len(out) : len(out) + len(tokens)]
     # where at the priors alone only the 16-gram band pays at these costs.
-    assert auto(ZEN5_R, None).propose(source + out, K_MAX, SamplingParams(), rng)[0] == []
+    assert auto(ZEN5_R, None).propose(source + out, K_MAX, SamplingParams(), rng).tokens == []
 
 
-def test_plain_steps_that_leave_a_match_keep_lookup_from_drafting_it():
+def rate_after_plain_steps_leave_a_match(policy: AutoPolicy) -> float:
+    """The 8- to 15-gram band's first-position rate after plain steps where such repeats were not copied on."""
     rng = np.random.default_rng(0)
     source = list(range(10, 99))
-    drafter = auto(ZEN5_R, None)
+    drafter = auto(ZEN5_R, None, policy)
     for n in range(8, 16):  # 8- to 15-token repeats whose next token the target never copies
-        assert drafter.propose(source + source[:n], K_MAX, SamplingParams(), rng)[0] == []
+        assert drafter.propose(source + source[:n], K_MAX, SamplingParams(), rng).tokens == []
         judge(drafter, 0, 0)
         drafter.propose(source + source[:n] + [7], K_MAX, SamplingParams(), rng)
         judge(drafter, 0, 0)
-    band = drafter.lookup_sources[8].tracker
-    assert band.rates(1)[0] < 0.5 < auto(ZEN5_R, None).lookup_sources[8].tracker.rates(1)[0]
+    return drafter.lookup_sources[8].tracker.rates(1)[0]
+
+
+def test_plain_steps_that_leave_a_match_keep_lookup_from_drafting_it():
+    assert rate_after_plain_steps_leave_a_match(DEFAULT_POLICY) < 0.5 < DEFAULT_POLICY.lookup_priors[3][1]
+    # A policy without shadow judging learns nothing from plain steps.
+    assert rate_after_plain_steps_leave_a_match(replace(DEFAULT_POLICY, judge_shadow=False)) == pytest.approx(0.9)
 
 
 def test_a_new_turn_does_not_judge_what_lookup_proposed_in_the_last_one():
     rng = np.random.default_rng(0)
     source = list(range(10, 99))
     drafter = auto(ZEN5_R, None)
-    assert drafter.propose(source + source[:8], K_MAX, SamplingParams(), rng)[0] == []  # proposed 18, not drafted
+    assert drafter.propose(source + source[:8], K_MAX, SamplingParams(), rng).tokens == []  # proposed 18, not drafted
     before = drafter.lookup_sources[8].tracker.rates(1)
     turn = [*source, *source[:8], 7, 8, 9]  # the answer ended; the next prompt's text follows, not the proposal
     drafter.prefill(turn)
@@ -335,30 +294,62 @@ def test_a_likely_chance_repeat_drafts_short_even_where_batches_are_free():
     rng = np.random.default_rng(0)
     drafter = auto(GPU_R, None)
     prompt = [50, 51, *range(60, 90)]
-    tokens, _ = drafter.propose(prompt + [7, 50, 51], K_MAX, SamplingParams(), rng)  # a 2-token match
-    assert tokens == list(range(60, 60 + CHANCE_K_MAX))
-    tokens, _ = drafter.propose(prompt + list(range(60, 70)), K_MAX, SamplingParams(), rng)  # a copy
-    assert len(tokens) > CHANCE_K_MAX and tokens == list(range(70, 70 + len(tokens)))
+    tokens = drafter.propose(prompt + [7, 50, 51], K_MAX, SamplingParams(), rng).tokens  # a 2-token match
+    assert tokens == list(range(60, 60 + DEFAULT_POLICY.chance_k_max))
+    tokens = drafter.propose(prompt + list(range(60, 70)), K_MAX, SamplingParams(), rng).tokens  # a copy
+    assert len(tokens) > DEFAULT_POLICY.chance_k_max and tokens == list(range(70, 70 + len(tokens)))
 
 
-def test_probes_where_drafts_never_pay_lose_at_most_the_exploration_share():
+def probes_where_drafts_never_pay(policy: AutoPolicy, n_steps: int) -> tuple[list[int], float, float, AutoDrafter]:
+    """The steps that drafted, the time spent and what drafting lost against plain steps, where every draft fails."""
     rng = np.random.default_rng(0)
-    drafter = auto(CPU_R, None)
+    drafter = auto(CPU_R, None, policy)
     context = list(range(10, 40)) + list(range(10, 15))  # a match at every step, and the target rejects it all
     spent = lost = 0.0
     probes = []
-    for step in range(3000):
-        tokens, _ = drafter.propose(context, 8, SamplingParams(), rng)
+    for step in range(n_steps):
+        tokens = drafter.propose(context, 8, SamplingParams(), rng).tokens
         step_s = drafter.costs.t1 * drafter.r(len(tokens) + 1)
         judge(drafter, len(tokens), 0)
         spent += step_s
         lost += step_s - drafter.costs.t1  # each step gave one token, as a plain step would have
         if tokens:
             probes.append(step)
+    return probes, spent, lost, drafter
+
+
+def test_probes_where_drafts_never_pay_lose_at_most_the_exploration_share():
+    probes, spent, lost, drafter = probes_where_drafts_never_pay(DEFAULT_POLICY, 3000)
     assert len(probes) >= 5 and probes[-1] > 2500  # it keeps looking, to the end
     # The priors' first bets (a step or two) plus the budget: a share of the time, split among the sources.
-    assert lost <= EXPLORE_SHARE * spent + 3 * drafter.costs.t1
-    assert lost >= EXPLORE_SHARE / len(drafter.sources) * spent * 0.5
+    share = DEFAULT_POLICY.explore_share
+    assert lost <= share * spent + 3 * drafter.costs.t1
+    assert lost >= share / len(drafter.sources) * spent * 0.5
+    # A policy with no probing budget stops at the priors' first bets.
+    probes, _, _, _ = probes_where_drafts_never_pay(replace(DEFAULT_POLICY, explore_share=0.0), 3000)
+    assert probes and probes[-1] < 5, probes
+
+
+def test_a_policy_is_data_changed_by_name():
+    policy = DEFAULT_POLICY.with_changes('{"explore_share": 0.1, "resume_prior": [0.5, 0.6]}')
+    assert policy == replace(DEFAULT_POLICY, explore_share=0.1, resume_prior=(0.5, 0.6))
+    assert DEFAULT_POLICY.with_changes("{}") == DEFAULT_POLICY
+    with pytest.raises(ValueError, match="no field explore"):
+        DEFAULT_POLICY.with_changes('{"explore": 0.1}')
+    with pytest.raises(ValueError, match="bands"):
+        DEFAULT_POLICY.with_changes('{"lookup_priors": [[4, 0.8, 0.8], [2, 0.4, 0.8]]}')
+
+
+def test_auto_drafts_by_the_bands_and_lengths_its_policy_gives():
+    rng = np.random.default_rng(0)
+    policy = replace(DEFAULT_POLICY, lookup_priors=((3, 0.9, 0.9), (6, 0.95, 0.95)), copy_match=6, chance_k_max=3)
+    drafter = auto(GPU_R, None, policy)
+    prompt = [50, 51, 52, *range(60, 90)]
+    assert drafter.propose(prompt + [7, 51, 52], K_MAX, SamplingParams(), rng).tokens == []  # 2 tokens: no band
+    proposal = drafter.propose(prompt + [7, 50, 51, 52], K_MAX, SamplingParams(), rng)
+    assert proposal.tokens == [60, 61, 62] and "3- to 5-gram" in proposal.reason
+    proposal = drafter.propose(prompt + list(range(60, 66)), K_MAX, SamplingParams(), rng)
+    assert len(proposal.tokens) > 3 and "6-gram or longer" in proposal.reason
 
 
 @pytest.fixture(scope="module")
@@ -388,10 +379,10 @@ def test_live_costs_follow_the_steps_actually_measured(draft_model):
 def test_auto_explains_why_it_decodes_plainly(draft_model):
     decoded = draft_model.n_decoded
     drafter = AutoDrafter(Calibration(0.07, CPU_R, 0.5, "k"), auto_lookup(100), ModelDrafter(draft_model, 100))
-    tokens, _ = drafter.propose(list(range(10, 30)), 8, SamplingParams(), np.random.default_rng(0))
-    assert tokens == []
+    proposal = drafter.propose(list(range(10, 30)), 8, SamplingParams(), np.random.default_rng(0))
+    assert proposal.tokens == []
     assert draft_model.n_decoded == decoded, "a draft model that cannot pay was asked for tokens"
-    assert drafter.name.startswith("plain: even perfectly accepted drafts would run at 1.00x plain speed here")
+    assert proposal.reason.startswith("plain: even perfectly accepted drafts would run at 1.00x plain speed here")
 
 
 def test_costs_measured_while_the_machine_was_busy_are_kept_plausible():

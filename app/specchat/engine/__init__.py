@@ -1,6 +1,7 @@
 """The engine: no UI, no network. Everything that touches llama.cpp or probabilities."""
 
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
+from specchat.engine.policy import DEFAULT_POLICY, AutoPolicy
 from specchat.engine.sampling import SamplingParams
 from specchat.engine.speculative import (
     FIXED_K_MODES,
@@ -14,9 +15,11 @@ from specchat.engine.speculative import (
 from specchat.engine.stats import Stats
 
 __all__ = [
+    "DEFAULT_POLICY",
     "FIXED_K_MODES",
     "MODES",
     "RANDOM_SEED",
+    "AutoPolicy",
     "BackendConfig",
     "Engine",
     "GenerationSettings",

@@ -10,52 +10,30 @@ plain step also judges, for free, what prompt lookup would have drafted from a l
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
-from specchat.engine.calibration import BATCH_SIZES, K_LONG, K_MAX, Calibration
-from specchat.engine.costmodel import expected_tokens_by_length, interpolate_r
-from specchat.engine.drafters import Drafter, LookupDrafter, ModelDrafter
+from specchat.engine.calibration import BATCH_SIZES, K_MAX, Calibration
+from specchat.engine.costmodel import interpolate_r, speedups, step_cost
+from specchat.engine.drafters import Drafter, LookupDrafter, ModelDrafter, Proposal
+from specchat.engine.policy import DEFAULT_POLICY, AutoPolicy
 from specchat.engine.sampling import SamplingParams
 
-# Speculate only for an expected gain of at least 5%: calibration and acceptance estimates are noisy, and a
-# wrong bet costs a whole verify batch.
-MIN_GAIN = 1.05
-# Switching to the draft model after steps without it makes its cache catch up on every token it skipped.
-MODEL_MIN_GAIN = 1.15
-# Probes of sources that do not pay at the acceptance seen so far may lose at most this share of decoding time
-# (split among the sources): it bounds what auto can lose against plain decoding where nothing pays.
-EXPLORE_SHARE = 0.02
-# Bands of prompt-lookup match lengths (the shortest of each), each with its prior acceptance (first draft
-# position, later ones): 2 and 3 tokens are often chance repeats, 4-7 a likely copy, 8-15 a copy, 16 or more a
-# copy in progress. On the built-in suite's greedy answers a lookup draft's first token was right 45%, 56%, 76%,
-# 86% and 97% of the time by band, and each later token, given the one before, 72%, 80%, 85%, 92% and 98%.
-# Where a batch of 16 is the only one that pays (two AMD EPYC cores: r(8) 7.4, r(16) 8.2), only the last band
-# makes a 15-token draft a good bet before any evidence; the others' later positions start lower, at 0.8.
-LOOKUP_PRIORS = {2: (0.4, 0.8), 3: (0.6, 0.8), 4: (0.8, 0.8), 8: (0.9, 0.8), 16: (0.95, 0.95)}
-LOOKUP_BANDS = tuple(LOOKUP_PRIORS)
-# The longest draft from a likely chance repeat (a 2- or 3-token match away from the latest copy). Its first token
-# was right 43% of the time on the built-in suite, and the few drafts that pass cannot show how far such a
-# copy goes on: long drafts there were bets on borrowed rates, each failure wasting up to r(16) - 1 steps.
-CHANCE_K_MAX = 8
 
-
-def auto_lookup(n_vocab: int) -> LookupDrafter:
+def auto_lookup(n_vocab: int, policy: AutoPolicy = DEFAULT_POLICY) -> LookupDrafter:
     """Prompt lookup as auto mode uses it: unigram matches are too often wrong to pay for a verify batch."""
-    return LookupDrafter(n_vocab, ngram_max=LOOKUP_BANDS[-1], ngram_min=LOOKUP_BANDS[0])
+    bands = policy.lookup_bands
+    return LookupDrafter(n_vocab, ngram_max=bands[-1], ngram_min=bands[0], resume_window=policy.resume_window)
 
 
-def _band_name(n: int) -> str:
-    i = LOOKUP_BANDS.index(n)
-    if i == len(LOOKUP_BANDS) - 1:
+def _band_name(bands: tuple[int, ...], n: int) -> str:
+    i = bands.index(n)
+    if i == len(bands) - 1:
         return f"{n}-gram or longer"
-    upper = LOOKUP_BANDS[i + 1] - 1
+    upper = bands[i + 1] - 1
     return f"{n}-gram" if upper == n else f"{n}- to {upper}-gram"
-
-
-def speedups(rates: list[float], cost: float, r) -> list[float]:
-    """S(k) for k = 1..len(rates), from per-position acceptance, a draft token's cost and r(n)."""
-    return [e / (k * cost + r(k + 1)) for k, e in enumerate(expected_tokens_by_length(rates), 1)]
 
 
 class AcceptanceTracker:
@@ -70,9 +48,9 @@ class AcceptanceTracker:
         self,
         prior: float,
         later_prior: float | None = None,
-        weight: float = 2.0,
-        decay: float = 0.9,
-        k_max: int = K_MAX,
+        weight: float = DEFAULT_POLICY.tracker_weight,
+        decay: float = DEFAULT_POLICY.tracker_decay,
+        k_max: int = DEFAULT_POLICY.k_max,
     ):
         """prior: the first position's acceptance before any evidence; later_prior: the others' (default: the same)."""
         self.prior = prior
@@ -110,7 +88,7 @@ class LiveCosts:
     Costs are kept as ratios to t1, so a machine that slows down as a whole leaves the unmeasured ratios right.
     """
 
-    def __init__(self, calibration: Calibration, weight: float = 0.2):
+    def __init__(self, calibration: Calibration, weight: float = DEFAULT_POLICY.cost_weight):
         r = interpolate_r(calibration.r)
         self.t1 = calibration.t1
         # Calibrations from before K_LONG lack its batch: a long copy then drafts no more than K_MAX.
@@ -137,9 +115,10 @@ class LiveCosts:
 class Source:
     """One way of drafting, with its acceptance and its cost per draft token in target steps."""
 
-    def __init__(self, name: str, cost: float, prior: float, later_prior: float | None = None, k_max: int = K_MAX):
+    def __init__(self, name: str, cost: float, priors: tuple[float, float], k_max: int, policy: AutoPolicy):
+        """priors: acceptance at the first draft position and the later ones before any evidence."""
         self.name, self.cost, self.k_max = name, cost, k_max
-        self.tracker = AcceptanceTracker(prior, later_prior, k_max=k_max)
+        self.tracker = AcceptanceTracker(*priors, policy.tracker_weight, policy.tracker_decay, k_max)
         self.probe_loss_s = 0.0  # what probes of this source have lost against plain steps (less what they won)
 
     def speedups(self, r, k_max: int) -> list[float]:
@@ -154,48 +133,52 @@ class Source:
 
     def ceiling(self, r, k_max: int) -> tuple[int, float]:
         """The draft length and speedup that perfect acceptance would give: below 1, this source never pays here."""
-        return max(((k, (k + 1) / (k * self.cost + r(k + 1))) for k in range(1, k_max + 1)), key=lambda ks: ks[1])
+        return max(enumerate(speedups([1.0] * k_max, self.cost, r), 1), key=lambda ks: ks[1])
 
     def can_probe(self, k: int, r, t1: float, allowance_s: float) -> bool:
         """Whether what is left of the allowance covers a probe of k drafts that all fail (a catch-up of the
         cache comes on top)."""
-        return allowance_s - self.probe_loss_s >= (k * self.cost + r(k + 1) - 1.0) * t1
+        return allowance_s - self.probe_loss_s >= (step_cost(k, self.cost, r) - 1.0) * t1
 
 
 class AutoDrafter(Drafter):
+    name = "auto: starting"
+
     def __init__(
         self,
         calibration: Calibration,
         lookup: LookupDrafter,
         model: ModelDrafter | None,
         costs: LiveCosts | None = None,
+        policy: AutoPolicy = DEFAULT_POLICY,
     ):
         """costs: what earlier generations learned of this calibration's costs (they belong to the machine)."""
         super().__init__(lookup.n_vocab)
-        self.calibration = calibration
-        self.costs = costs or LiveCosts(calibration)
+        self.calibration, self.policy = calibration, policy
+        self.costs = costs or LiveCosts(calibration, policy.cost_weight)
         self.r = self.costs.r
         self.lookup, self.model = lookup, model
         # A longer match predicts a copy better: prose repeats pairs of tokens by chance, edited code and
-        # summaries repeat whole lines. Each band of match lengths learns its own acceptance, from LOOKUP_PRIORS.
+        # summaries repeat whole lines. Each band of match lengths learns its own acceptance, from its prior.
+        bands = policy.lookup_bands
+
+        def longest(n: int) -> int:
+            return policy.chance_k_max if n < policy.copy_match else policy.k_long if n == bands[-1] else policy.k_max
+
         self.lookup_sources = {
-            n: Source(
-                f"prompt lookup ({_band_name(n)} match)",
-                cost=0.0,
-                prior=first,
-                later_prior=later,
-                k_max=CHANCE_K_MAX if n < LOOKUP_BANDS[2] else K_LONG if n == LOOKUP_BANDS[-1] else K_MAX,
-            )
-            for n, (first, later) in LOOKUP_PRIORS.items()
+            n: Source(f"prompt lookup ({_band_name(bands, n)} match)", 0.0, (first, later), longest(n), policy)
+            for n, first, later in policy.lookup_priors
         }
         # A short match just past the latest accepted copy is that copy resuming after an edit, not a chance
         # repeat: it learns apart from the short matches elsewhere, which in prose mostly fail.
-        self.resume_source = Source("prompt lookup (copy resuming after an edit)", cost=0.0, prior=0.7, later_prior=0.8)
-        # Same-family drafts for a chat model accept 70-90% (design.md): start in the middle.
-        self.model_source = Source("draft model", cost=self.costs.c, prior=0.8) if model else None
+        self.resume_source = Source(
+            "prompt lookup (copy resuming after an edit)", 0.0, policy.resume_prior, policy.k_max, policy
+        )
+        self.model_source = (
+            Source("draft model", self.costs.c, (policy.model_prior,) * 2, policy.k_max, policy) if model else None
+        )
         self.sources = [*self.lookup_sources.values(), self.resume_source, *([self.model_source] if model else [])]
         self.decoding_s = 0.0  # drafting and verifying so far: what the probing allowance is a share of
-        self.name = "auto: starting"
         self._last: tuple[Source | None, bool] = (None, False)
         # The latest lookup proposal from a likely copy that was left undrafted: its source, where in the context
         # its first token would have gone, and that token.
@@ -207,33 +190,35 @@ class AutoDrafter(Drafter):
         self._shadow = None  # a new turn's text did not follow it
         # Reading the prompt is most of a draft model's catch-up: do it now only if the model is expected to pay
         # from the start. Otherwise its first probe catches up, at the probe's own expense.
-        if self.model is not None and self.model_source.plan(self.r, K_MAX, MODEL_MIN_GAIN)[0]:
+        if self.model is not None and self.model_source.plan(self.r, self.policy.k_max, self.policy.model_min_gain)[0]:
             self.model.prefill(context)
 
-    def propose(self, context, k, params: SamplingParams, rng):
+    def propose(self, context, k, params: SamplingParams, rng) -> Proposal:
+        policy = self.policy
         self._last = (None, False)
         self._judge_shadow(context)
-        k = min(k, K_LONG)
+        k = min(k, policy.k_long)
         if k <= 0:
-            return super().propose(context, k, params, rng)
+            return Proposal([], None, "plain: no room for a draft")
         found = self.lookup.find(context, k)
         if found:
-            band = max((n for n in LOOKUP_BANDS if n <= self.lookup.match_len), default=LOOKUP_BANDS[0])
-            resuming = self.lookup.resuming and band < LOOKUP_BANDS[2]
+            band = max((n for n in policy.lookup_bands if n <= self.lookup.match_len), default=policy.lookup_bands[0])
+            resuming = self.lookup.resuming and band < policy.copy_match
             source = self.resume_source if resuming else self.lookup_sources[band]
-            step = self._try(source, len(found), MIN_GAIN, lambda n: self.lookup.propose(context, n, params, rng))
+            step = self._try(
+                source, len(found), policy.min_gain, lambda n: self.lookup.propose(context, n, params, rng)
+            )
             if step is not None:
                 return step
-            if band >= LOOKUP_BANDS[2]:
+            if band >= policy.copy_match and policy.judge_shadow:
                 self._shadow = (source, len(context), found[0])
-        k = min(k, K_MAX)  # only a copy in progress is right often enough for longer drafts to pay
+        k = min(k, policy.k_max)  # only a copy in progress is right often enough for longer drafts to pay
         if self.model_source is not None:
-            min_gain = MIN_GAIN if self.model.behind(context) <= k else MODEL_MIN_GAIN
+            min_gain = policy.min_gain if self.model.behind(context) <= k else policy.model_min_gain
             step = self._try(self.model_source, k, min_gain, lambda n: self.model.propose(context, n, params, rng))
             if step is not None:
                 return step
-        self.name = self._explain_plain(k)
-        return super().propose(context, k, params, rng)
+        return Proposal([], None, self._explain_plain(k))
 
     def _judge_shadow(self, context: list[int]) -> None:
         """Judge the undrafted proposal of a likely copy by the token the target went on to give: evidence for free
@@ -242,35 +227,35 @@ class AutoDrafter(Drafter):
         the target chooses it itself, so this is the evidence a draft's first position would have given. Only the
         first position: the later ones of one copy are one event, not many (counted each, a 15-token copy seen once
         made 4-gram matches bet 15 drafts where batches cost near n steps, and lose: 0.92x on an edit replayed at a
-        Zen 5's costs). Chance repeats (2- and 3-token matches) are left out: their first token passes often enough
-        in prose to make them draft more, and lose (QA 0.97x replayed at a Zen 3's costs)."""
+        Zen 5's costs). Chance repeats (matches shorter than copy_match) are left out: their first token passes often
+        enough in prose to make them draft more, and lose (QA 0.97x replayed at a Zen 3's costs)."""
         if self._shadow is not None:
             source, at, token = self._shadow
             if at < len(context):
                 source.tracker.update(1, int(context[at] == token))
                 self._shadow = None
 
-    def _try(self, source: Source, k_max: int, min_gain: float, draft):
+    def _try(self, source: Source, k_max: int, min_gain: float, draft: Callable[[int], Proposal]) -> Proposal | None:
         k_max = min(k_max, source.k_max)
         k, s = source.plan(self.r, k_max, min_gain)
         probing = k == 0
         if probing:
             # Probe only a source that could pay at all here, at the length that would pay best.
             k, best = source.ceiling(self.r, k_max)
-            allowance_s = EXPLORE_SHARE / len(self.sources) * self.decoding_s
+            allowance_s = self.policy.explore_share / len(self.sources) * self.decoding_s
             if best <= min_gain or not source.can_probe(k, self.r, self.costs.t1, allowance_s):
                 return None
         self._last = (source, probing)
-        self.name = f"{source.name}, k={k}: " + (
+        reason = f"{source.name}, k={k}: " + (
             "probing whether drafts pay again" if probing else f"expected {s:.2f}x plain speed here"
         )
-        return draft(k)
+        return replace(draft(k), reason=reason)
 
     def _explain_plain(self, k: int) -> str:
         if self.model_source is None:
             return "plain: no draft model, and no text in the conversation worth copying here"
         _, ceiling = self.model_source.ceiling(self.r, k)
-        if ceiling <= MIN_GAIN:
+        if ceiling <= self.policy.min_gain:
             return f"plain: even perfectly accepted drafts would run at {ceiling:.2f}x plain speed here"
         s = max(self.model_source.speedups(self.r, k))
         return f"plain: at the acceptance seen so far, drafts would run at {s:.2f}x plain speed"

@@ -44,10 +44,21 @@ def interpolate_r(r: Mapping[int, float]) -> Callable[[int], float]:
     return r_of
 
 
+def step_cost(k: int, c: float, r: Callable[[int], float]) -> float:
+    """A step with k drafts, in target steps: k draft tokens and a target batch of k + 1."""
+    return k * c + r(k + 1)
+
+
 def speedup(alpha: float, k: int, c: float, r: Callable[[int], float]) -> float:
+    """S(k) at one acceptance alpha for every position."""
     if k == 0:
         return 1.0
-    return expected_tokens(alpha, k) / (k * c + r(k + 1))
+    return expected_tokens(alpha, k) / step_cost(k, c, r)
+
+
+def speedups(rates: Sequence[float], c: float, r: Callable[[int], float]) -> list[float]:
+    """S(k) for k = 1..len(rates), with per-position acceptance (as in expected_tokens_by_length)."""
+    return [e / step_cost(k, c, r) for k, e in enumerate(expected_tokens_by_length(rates), 1)]
 
 
 def best_k(alpha: float, c: float, r: Callable[[int], float], k_max: int) -> tuple[int, float]:

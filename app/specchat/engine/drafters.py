@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -10,21 +11,24 @@ from specchat.engine.llama_backend import LlamaModel
 from specchat.engine.sampling import SamplingParams, probabilities, sample
 
 
+@dataclass(frozen=True)
+class Proposal:
+    """A drafter's answer for one step."""
+
+    tokens: list[int]  # up to k tokens to follow the context
+    rows: np.ndarray | None  # the (n, V) rows they were drawn from; None: one-hot at the tokens, as verify() reads it
+    reason: str  # what the drafter is doing, and why, shown to the user
+
+
 class Drafter:
-    name = "plain"  # what it is doing, shown to the user; may change from step to step
+    name = "plain"  # what it does, shown to the user until its first proposal gives a reason
 
     def __init__(self, n_vocab: int):
         self.n_vocab = n_vocab  # the target's
 
-    def propose(
-        self, context: list[int], k: int, params: SamplingParams, rng: np.random.Generator
-    ) -> tuple[list[int], np.ndarray | None]:
-        """Up to k tokens to follow context (prompt + output so far), with the (n, V) rows they were drawn from
-        (None: one-hot rows at the tokens, as verify() reads it).
-
-        The base class drafts nothing: plain decoding.
-        """
-        return [], None
+    def propose(self, context: list[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Proposal:
+        """Up to k tokens to follow context (prompt + output so far). The base class drafts nothing: plain decoding."""
+        return Proposal([], None, self.name)
 
     def prefill(self, context: list[int]) -> None:
         """Process the prompt along with the target, so that it is not counted as drafting time."""
@@ -75,7 +79,7 @@ class ModelDrafter(Drafter):
             tokens.append(token)
             full = len(tokens) == k
             if full or (self.stop_rule and not self.stop_rule(len(tokens), k, _confidence(logits, p, token))):
-                return tokens, np.stack(rows) if rows else None
+                return Proposal(tokens, np.stack(rows) if rows else None, self.name)
             logits = self.model.decode([token])[0]
 
 
@@ -103,11 +107,11 @@ class LookupDrafter(Drafter):
 
     name = "prompt lookup"
 
-    def __init__(self, n_vocab: int, ngram_max: int = 3, ngram_min: int = 1):
+    def __init__(self, n_vocab: int, ngram_max: int = 3, ngram_min: int = 1, resume_window: int = RESUME_WINDOW):
         super().__init__(n_vocab)
-        self.ngram_max, self.ngram_min = ngram_max, ngram_min
+        self.ngram_max, self.ngram_min, self.resume_window = ngram_max, ngram_min, resume_window
         self._copy_from = -1  # where in the context the latest proposal was copied from
-        self._copied_to = -RESUME_WINDOW - 1  # just past the source of the latest accepted copy
+        self._copied_to = -resume_window - 1  # just past the source of the latest accepted copy
         self.match_len = 0  # length of the n-gram the latest proposal matched
         self.resuming = False  # whether the latest proposal's source lies just past the latest accepted copy
 
@@ -134,7 +138,7 @@ class LookupDrafter(Drafter):
             ends, n = longer, n + 1
         if not ends:
             return []
-        near = [end for end in ends if self._copied_to < end <= self._copied_to + RESUME_WINDOW]
+        near = [end for end in ends if self._copied_to < end <= self._copied_to + self.resume_window]
         self.resuming = bool(near)
         self._copy_from = (near or ends)[0]
         self.match_len = n
@@ -148,4 +152,4 @@ class LookupDrafter(Drafter):
         tokens = self.find(context, k) if k > 0 else []
         if not tokens:
             return super().propose(context, k, params, rng)
-        return tokens, None  # one-hot at the tokens
+        return Proposal(tokens, None, self.name)  # one-hot at the tokens

@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
-from specchat.engine.calibration import K_LONG, Calibration, load_or_measure
+from specchat.engine.calibration import Calibration, load_or_measure
 from specchat.engine.draft_copy import choose_draft
 from specchat.engine.drafters import Drafter, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
+from specchat.engine.policy import DEFAULT_POLICY, AutoPolicy
 from specchat.engine.sampling import ProbabilityRows, SamplingParams, check_range
 from specchat.engine.stats import Stats
 from specchat.engine.text import TextStream, check_messages, check_text
@@ -28,7 +29,7 @@ from specchat.errors import IncompatibleModelsError, InvalidInputError, Specchat
 from specchat.models.compat import check_pair
 
 MODES = ("auto", "speculative", "lookup", "plain")
-# Modes that draft the asked k every step; auto picks its own length (up to K_LONG), plain drafts nothing.
+# Modes that draft the asked k every step; auto picks its own length (up to its policy's k_long), plain none.
 FIXED_K_MODES = ("speculative", "lookup")
 RANDOM_SEED = -1  # as a seed: a fresh one for every generation (None too); the app's seed setting offers it
 
@@ -36,7 +37,7 @@ RANDOM_SEED = -1  # as a seed: a fresh one for every generation (None too); the 
 @dataclass(frozen=True)
 class GenerationSettings:
     mode: str = "auto"  # one of MODES
-    k: int = 4  # draft length of speculative and lookup modes; auto chooses its own, step by step, up to K_LONG
+    k: int = 4  # draft length of speculative and lookup modes; auto chooses its own, step by step
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int | None = 0  # RANDOM_SEED or None: random
     max_tokens: int = 256
@@ -78,9 +79,10 @@ class VerifyStep:
 class Engine:
     """A target model and an optional draft model. One generation at a time: hold `lock` to share it."""
 
-    def __init__(self, target: LlamaModel, draft: LlamaModel | None = None):
+    def __init__(self, target: LlamaModel, draft: LlamaModel | None = None, policy: AutoPolicy = DEFAULT_POLICY):
         self.target = target
         self.draft = draft
+        self.policy = policy  # auto mode's (policy.py)
         self.lock = threading.Lock()
         self.last_stats: Stats | None = None
         # Sees every verify step with the target's raw logits: for tests and diagnostics, off by default.
@@ -100,6 +102,7 @@ class Engine:
         cpu_copy_dir: Path | None = None,
         on_progress: Callable[[str], None] | None = None,
         cache_dir: Path | None = None,
+        policy: AutoPolicy = DEFAULT_POLICY,
     ) -> Engine:
         """cpu_copy_dir: where a copy of the draft re-quantized for the CPU may be made and kept, to draft with
         when it measures faster (draft_copy.py); None, or a draft on the GPU: the draft file as it is.
@@ -121,7 +124,7 @@ class Engine:
                     note = f"drafting with {file.name} as it is (no CPU copy: {e})"
         target = LlamaModel(target_path, config)
         draft = LlamaModel(draft_path, config) if draft_path is not None else None
-        engine = cls(target, draft)
+        engine = cls(target, draft, policy)
         engine.draft_note = note
         engine.cache_dir = cache_dir
         return engine
@@ -180,10 +183,13 @@ class Engine:
         """auto mode learns acceptance per conversation and costs per machine.
 
         A prompt that begins with the previous auto prompt continues its conversation (a chat prompt holds
-        every earlier turn) and keeps all that was learned; any other prompt keeps only the costs.
+        every earlier turn) and keeps all that was learned; any other prompt keeps only the costs; another
+        calibration or policy keeps nothing.
         """
         calibration = self.calibration()
-        previous = self._auto if self._auto is not None and self._auto.calibration is calibration else None
+        auto = self._auto
+        kept = auto is not None and auto.calibration is calibration and auto.policy == self.policy
+        previous = auto if kept else None
         if previous is not None and self._auto_prompt and prompt[: len(self._auto_prompt)] == self._auto_prompt:
             drafter = previous
         else:
@@ -194,7 +200,7 @@ class Engine:
     def _new_auto_drafter(self, calibration: Calibration, costs: LiveCosts | None) -> AutoDrafter:
         n_vocab = self.target.n_vocab
         model = ModelDrafter(self.draft, n_vocab) if self.draft is not None else None
-        return AutoDrafter(calibration, auto_lookup(n_vocab), model, costs)
+        return AutoDrafter(calibration, auto_lookup(n_vocab, self.policy), model, costs, self.policy)
 
     def generate_tokens(self, prompt: list[int], settings: GenerationSettings) -> Iterator[TokenEvent]:
         """Checks run now (fail fast); decoding starts at the first next()."""
@@ -209,7 +215,6 @@ class Engine:
         stats = self.last_stats = Stats(mode=settings.mode, strategy=drafter.name)
         text = TextStream(settings.stop)
         context = list(prompt)  # prompt + output; context[-1] is `last`
-        k_max = settings.k if settings.mode in FIXED_K_MODES else K_LONG
 
         n_before, t0 = target.n_decoded, time.perf_counter()
         if len(context) > 1:
@@ -238,16 +243,19 @@ class Engine:
             while stats.finish_reason is None:
                 # Never draft past max_tokens or the context: the last slot is the target's own token.
                 room = min(settings.max_tokens - stats.tokens, target.n_ctx - len(context)) - 1
+                k = min(settings.k, room) if settings.mode in FIXED_K_MODES else room  # auto caps its own
                 t_draft = time.perf_counter()
-                drafts, p_draft = drafter.propose(context, min(k_max, room), params, rng)
-                stats.strategy = drafter.name
+                proposal = drafter.propose(context, k, params, rng)
+                drafts = proposal.tokens
+                if room > 0:  # the answer's last token is the target's own: the strategy that drafted stays on show
+                    stats.strategy = proposal.reason
                 t_verify = time.perf_counter()
                 logits = target.decode([context[-1], *drafts], all_logits=True, copy=False)
                 t_sample = time.perf_counter()
                 if params.greedy:
                     n_acc, next_token = verify_greedy(drafts, logits)
                 else:
-                    n_acc, next_token = verify(drafts, p_draft, ProbabilityRows(logits, params), rng)
+                    n_acc, next_token = verify(drafts, proposal.rows, ProbabilityRows(logits, params), rng)
                 target.rollback(len(context) + n_acc)
                 drafter.observe(len(drafts), n_acc, t_verify - t_draft, t_sample - t_verify)
                 stats.draft_s += t_verify - t_draft

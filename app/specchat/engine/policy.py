@@ -1,0 +1,80 @@
+"""What steers auto mode, as one value: each tunable constant with the reason for it, and where it was measured.
+
+An experiment is a policy and a command, not a patch: `dataclasses.replace(DEFAULT_POLICY, explore_share=0.05)`
+given to Engine, or `benchmarks/replay.py --policy-json '{"explore_share": 0.05}'` and `benchmarks/ab.py --variant`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields, replace
+
+from specchat.engine.calibration import K_LONG, K_MAX
+from specchat.engine.drafters import RESUME_WINDOW
+
+
+@dataclass(frozen=True)
+class AutoPolicy:
+    # Speculate only for this expected gain: calibration and acceptance are noisy, and a wrong bet costs a batch.
+    min_gain: float = 1.05
+    # Switching to the draft model after steps without it makes its cache catch up on every token it skipped (67878dc).
+    model_min_gain: float = 1.15
+    # The share of decoding time that probes of sources that do not pay may lose: bounds auto's loss (62529e9).
+    explore_share: float = 0.02
+    # Bands of lookup match lengths (the shortest of each) with the first and later positions' prior acceptance, near
+    # what each band showed on the suite's greedy answers (a4ccf2b); later ones held at 0.8 below 16 tokens, so that
+    # where only a batch of 16 pays (two EPYC cores) only a copy in progress bets on a 15-token draft.
+    lookup_priors: tuple[tuple[int, float, float], ...] = (
+        (2, 0.4, 0.8),
+        (3, 0.6, 0.8),
+        (4, 0.8, 0.8),
+        (8, 0.9, 0.8),
+        (16, 0.95, 0.95),
+    )
+    # Matches this long or longer are a likely copy (judged on plain steps); shorter ones are often chance repeats.
+    copy_match: int = 4
+    # The longest draft from a likely chance repeat: its first token is right under half the time (e8eaa6e).
+    chance_k_max: int = 8
+    # The longest draft but for a copy in progress; calibration measures batches up to K_MAX + 1.
+    k_max: int = K_MAX
+    # The longest draft of a copy in progress (the last band): a batch of K_LONG + 1 can cost less a token (9a2471a).
+    k_long: int = K_LONG
+    # How far past the latest accepted copy a short match counts as that copy resuming after an edit (drafters.py).
+    resume_window: int = RESUME_WINDOW
+    # Prior acceptance (first position, later ones) of a short match where a copy resumes: it passes more often.
+    resume_prior: tuple[float, float] = (0.7, 0.8)
+    # Same-family drafts for a chat model accept 70-90% (design.md): start in the middle.
+    model_prior: float = 0.8
+    # How many observations a tracker's prior counts for, and how fast old ones fade: set, not tuned by measurement.
+    tracker_weight: float = 2.0
+    tracker_decay: float = 0.9
+    # How far each measured step moves the live costs from calibration's toward what steps really take (061b251).
+    cost_weight: float = 0.2
+    # Whether plain steps judge the undrafted proposal of a likely copy: evidence for free (85839ed, zen5-shadow-ab).
+    judge_shadow: bool = True
+
+    def __post_init__(self) -> None:
+        bands = [n for n, _, _ in self.lookup_priors]
+        if not bands or bands[0] < 1 or bands != sorted(set(bands)):
+            raise ValueError(f"lookup_priors: bands must be distinct positive match lengths in order, not {bands}")
+
+    @property
+    def lookup_bands(self) -> tuple[int, ...]:
+        return tuple(n for n, _, _ in self.lookup_priors)
+
+    def with_changes(self, text: str) -> AutoPolicy:
+        """This policy with the fields a JSON object names, e.g. '{"explore_share": 0.05}' (lists stand for tuples)."""
+        changes = json.loads(text)
+        if not isinstance(changes, dict):
+            raise ValueError(f"a policy change is a JSON object of fields, not {text!r}")
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(f"AutoPolicy has no field {', '.join(sorted(unknown))}")
+        return replace(self, **{name: _tuples(value) for name, value in changes.items()})
+
+
+def _tuples(value):
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+DEFAULT_POLICY = AutoPolicy()
