@@ -98,7 +98,7 @@ def soak(base_url: str, args: argparse.Namespace) -> int:
                     outcome = "answered"
                 else:
                     answer = api.chat.completions.create(
-                        model="specchat", max_tokens=args.max_tokens, temperature=0, **body
+                        **{"model": "specchat", "max_tokens": args.max_tokens, "temperature": 0, **body}
                     )
                     outcome = "answered" if bad or answer.choices[0].message.content else "answered empty"
             except (openai.APITimeoutError, TimeoutError):

@@ -138,20 +138,20 @@ class Engine:
 
     def chat_prompt(self, messages: Sequence[dict]) -> list[int]:
         """Render the target's own chat template (from its GGUF, in a Jinja sandbox) and tokenize it."""
+        check_messages(messages)  # text reaches the engine here or in text_prompt, whoever calls: the UI, API or CLI
         target = self.target
         text = target.render_chat(messages)
         return target.tokenize(text, add_bos=target.add_bos and not text.startswith(target.token_text(target.bos)))
 
     def text_prompt(self, text: str) -> list[int]:
         """Plain text, tokenized as the start of a sequence: for completions without a chat template."""
+        check_text(text, "the prompt")
         return self.target.tokenize(text, add_bos=self.target.add_bos)
 
     def chat(self, messages: Sequence[dict], settings: GenerationSettings) -> Iterator[TokenEvent]:
-        check_messages(messages)
         return self.generate_tokens(self.chat_prompt(messages), settings)
 
     def generate(self, prompt: str, settings: GenerationSettings) -> Iterator[TokenEvent]:
-        check_text(prompt, "the prompt")
         return self.generate_tokens(self.text_prompt(prompt), settings)
 
     # The loop
