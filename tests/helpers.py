@@ -50,13 +50,13 @@ class Server:
         args: list[str],
         env: dict[str, str],
         ready: str = "/",
-        host: str = "127.0.0.1",
+        host: str | None = None,
     ):
         """ready: the path that answers 200 once the server is up (the page for ui, /health for serve); host: the
-        address to serve on (--host)."""
+        address to serve on (--host; None: the command's default, 127.0.0.1, which a test checks)."""
         self.home = home
-        self.port = free_port(host)
-        self.url = f"http://{host}:{self.port}/"
+        self.port = free_port(host or "127.0.0.1")
+        self.url = f"http://{host or '127.0.0.1'}:{self.port}/"
         self.ready_url = self.url + ready.lstrip("/")
         # The machine's own catalog and hub settings must not leak in; the test's own env decides them.
         inherited = {
@@ -64,9 +64,10 @@ class Server:
         }
         env = {**inherited, "SPECCHAT_HOME": str(home), "PYTHONPATH": str(REPO / "app"), **env}
         self.log = home / "server.log"
+        where = ["--host", host] if host else []
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "specchat", *command, "--host", host, "--port", str(self.port), *args],
+                [sys.executable, "-m", "specchat", *command, *where, "--port", str(self.port), *args],
                 cwd=REPO,
                 env=env,
                 stdout=log,
@@ -103,7 +104,7 @@ def serving(
     env: dict[str, str],
     ready: str = "/",
     timeout: float = 180,
-    host: str = "127.0.0.1",
+    host: str | None = None,
 ) -> Iterator[Server]:
     """A fixture's body: the server, up (within timeout seconds), for as long as the fixture lasts."""
     server = Server(home, command, args, env, ready, host)
