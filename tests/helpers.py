@@ -33,9 +33,9 @@ CHROMIUM_ARGS = [
 DESIGN_R = {2: 1.61, 3: 2.21, 4: 2.49, 5: 3.14, 9: 6.95}
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -43,11 +43,20 @@ class Server:
     """`python -m specchat COMMAND --port PORT ARGS` in a subprocess with a specchat home of its own, as users run it
     (`ui` or `serve`); its output goes to home/server.log."""
 
-    def __init__(self, home: Path, command: list[str], args: list[str], env: dict[str, str], ready: str = "/"):
-        """ready: the path that answers 200 once the server is up (the page for ui, /health for serve)."""
+    def __init__(
+        self,
+        home: Path,
+        command: list[str],
+        args: list[str],
+        env: dict[str, str],
+        ready: str = "/",
+        host: str | None = None,
+    ):
+        """ready: the path that answers 200 once the server is up (the page for ui, /health for serve); host: the
+        address to serve on (--host; None: the command's default, 127.0.0.1, which a test checks)."""
         self.home = home
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
+        self.port = free_port(host or "127.0.0.1")
+        self.url = f"http://{host or '127.0.0.1'}:{self.port}/"
         self.ready_url = self.url + ready.lstrip("/")
         # The machine's own catalog and hub settings must not leak in; the test's own env decides them.
         inherited = {
@@ -55,9 +64,10 @@ class Server:
         }
         env = {**inherited, "SPECCHAT_HOME": str(home), "PYTHONPATH": str(REPO / "app"), **env}
         self.log = home / "server.log"
+        where = ["--host", host] if host else []
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "specchat", *command, "--port", str(self.port), *args],
+                [sys.executable, "-m", "specchat", *command, *where, "--port", str(self.port), *args],
                 cwd=REPO,
                 env=env,
                 stdout=log,
@@ -88,10 +98,16 @@ class Server:
 
 
 def serving(
-    home: Path, command: list[str], args: list[str], env: dict[str, str], ready: str = "/", timeout: float = 180
+    home: Path,
+    command: list[str],
+    args: list[str],
+    env: dict[str, str],
+    ready: str = "/",
+    timeout: float = 180,
+    host: str | None = None,
 ) -> Iterator[Server]:
     """A fixture's body: the server, up (within timeout seconds), for as long as the fixture lasts."""
-    server = Server(home, command, args, env, ready)
+    server = Server(home, command, args, env, ready, host)
     try:
         server.wait_up(timeout)
         yield server

@@ -118,8 +118,9 @@ class EngineHost:
 
     # Taking turns: the engine answers one request at a time, first come first served.
 
-    def turn(self, engine: Engine) -> Turn:
-        """A place at the end of the line for a request to engine (the one loaded now)."""
+    def turn(self, engine: Engine | None) -> Turn:
+        """A place at the end of the line for a request to engine (the one loaded now), or, with None while a model
+        loads, to the model being loaded."""
         return Turn(self, engine)
 
     def in_line(self) -> int:
@@ -152,20 +153,31 @@ class Turn:
     Both the chat tab and the API take turns this way, so that they share one line in arrival order.
     """
 
-    def __init__(self, host: EngineHost, engine: Engine):
+    def __init__(self, host: EngineHost, engine: Engine | None):
         self.host, self.engine = host, engine
         self._ticket: object | None = host.join_line()
         self._holding = False
 
     def wait(self, timeout: float) -> int | None:
         """None once the engine is this request's (its lock held); else, after waiting up to about 2 x timeout, how
-        many requests are ahead (0: next, while the engine finishes work from outside the line, a comparison).
+        many requests are ahead (0: next, while the model loads, or while the engine finishes work from outside the
+        line, a comparison).
 
-        Raises SpecchatError when the model was changed while this request waited: its settings were for the other.
+        Raises SpecchatError when the model was changed while this request waited (its settings were for the other),
+        or when the load it waited for failed.
         """
         ahead = self.host.place(self._ticket, timeout)
-        if ahead > 0 or not self.engine.lock.acquire(timeout=timeout):
+        if ahead > 0:
             return ahead
+        if self.engine is None:  # the turn was taken while a model loaded: it is for that model
+            status = self.host.wait_loaded(timeout)
+            if status.state == "loading":
+                return 0
+            self.engine = self.host.engine
+            if self.engine is None:
+                raise SpecchatError(status.message)
+        if not self.engine.lock.acquire(timeout=timeout):
+            return 0
         self._holding = True
         if self.host.engine is not self.engine:
             raise SpecchatError("the model was changed while this request waited; send it again")

@@ -9,8 +9,10 @@ import pytest
 
 from specchat.api.params import MAX_K, ApiError, chat_request, completion_request, settings_of, speculation_of
 from specchat.api.serve import API_KEY_ENV, api_key
+from specchat.api.server import _api_error
 from specchat.api.shapes import Reply, timings
 from specchat.engine import GenerationSettings, SamplingParams, Stats
+from specchat.errors import PromptTooLongError
 
 HELLO = [{"role": "user", "content": "Hello"}]
 
@@ -198,3 +200,19 @@ def test_serving_beyond_this_machine_without_a_key_warns(capsys, monkeypatch):
     monkeypatch.setenv(API_KEY_ENV, "from-env")
     assert api_key(Namespace(host="192.168.1.5", api_key=None)) == "from-env"
     assert capsys.readouterr().err == ""
+
+
+def test_an_engine_failure_is_a_500_and_its_traceback_is_logged(caplog):
+    failure = RuntimeError("the decoder broke")
+    try:
+        raise failure
+    except RuntimeError as e:
+        error = _api_error(e, "messages")
+    assert (error.status, error.type) == (500, "server_error")
+    assert error.message == "the engine failed: RuntimeError: the decoder broke"
+    (record,) = [r for r in caplog.records if r.name == "specchat"]
+    assert record.levelname == "ERROR" and record.exc_info[1] is failure
+    assert "Traceback" in caplog.text and "raise failure" in caplog.text
+    # What the request got wrong is the client's to hear, not the log's.
+    caplog.clear()
+    assert _api_error(PromptTooLongError("too long"), "messages").status == 400 and not caplog.records

@@ -6,7 +6,7 @@ SmolLM2-135M drafts for itself (fast, and greedy decoding accepts its drafts), i
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,9 +20,9 @@ ARTIFACTS = ROOT_ARTIFACTS / "ui"
 START_SETTINGS = {"mode": "speculative", "k": 4, "temperature": 0.0, "seed": 0, "max_tokens": 160, "overlay": True}
 
 
-def _start(home: Path, args: list[str], env: dict[str, str] | None = None) -> Iterator[Server]:
+def _start(home: Path, args: list[str], env: dict[str, str] | None = None, host: str | None = None) -> Iterator[Server]:
     # Offline unless a test brings its own hub: nothing may leave this machine.
-    yield from serving(home, ["ui", "--no-browser"], args, env or {"HF_HUB_OFFLINE": "1"})
+    yield from serving(home, ["ui", "--no-browser"], args, env or {"HF_HUB_OFFLINE": "1"}, host=host)
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +35,31 @@ def chat_server(tmp_path_factory, tiny_model) -> Iterator[Server]:
     yield from _start(home, ["--target", str(tiny_model), "--draft", str(tiny_model), "--threads", "1"])
 
 
+@pytest.fixture
+def loading_server(tmp_path, tiny_model) -> Iterator[Server]:
+    """The chat_server's app in a new home, up while its model still loads: the load copies the draft for the CPU and
+    times the models (tens of seconds here), and the page answers from the start."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "ui_settings.json").write_text(json.dumps(START_SETTINGS))
+    yield from _start(tmp_path, ["--target", str(tiny_model), "--draft", str(tiny_model), "--threads", "1"])
+
+
+@pytest.fixture
+def start_app(tmp_path) -> Iterator[Callable[..., Server]]:
+    """start_app(host, *args): the app with no model, served on host with args, up until the test ends."""
+    running: list[Iterator[Server]] = []
+
+    def start(host: str, *args: str) -> Server:
+        home = tmp_path / f"home-{len(running)}"
+        home.mkdir()
+        running.append(_start(home, list(args), host=host))
+        return next(running[-1])
+
+    yield start
+    for serving_one in running:
+        serving_one.close()  # its finally stops the server
+
+
 @pytest.fixture(scope="module")
 def empty_server(tmp_path_factory) -> Iterator[Server]:
     """The app on a machine where no model is installed yet."""
@@ -43,22 +68,27 @@ def empty_server(tmp_path_factory) -> Iterator[Server]:
 
 @pytest.fixture
 def new_page(browser):
-    """Opens pages; afterwards, fails the test if any page asked for anything off this machine."""
-    contexts, requests = [], []
+    """Opens pages; afterwards, fails the test if any page asked for anything but its own server, or if its
+    Content-Security-Policy refused anything (what the app itself does must work under it)."""
+    contexts, requests, refused = [], [], []
+    origins = {"data:", "blob:"}
 
     def open_page(url: str, **viewport):
         context = browser.new_context(viewport=viewport or {"width": 1400, "height": 1000})
         contexts.append(context)
         page = context.new_page()
         page.on("request", lambda r: requests.append(r.url))
+        page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
+        origins.add("/".join(url.split("/", 3)[:3]) + "/")  # scheme://host:port/
         page.goto(url)
         return page
 
     yield open_page
     for context in contexts:
         context.close()
-    remote = [u for u in requests if not u.startswith(("http://127.0.0.1:", "data:", "blob:"))]
-    assert not remote, f"the app made requests off this machine: {remote[:5]}"
+    remote = [u for u in requests if not u.startswith(tuple(origins))]
+    assert not remote, f"the app made requests off its own server: {remote[:5]}"
+    assert not refused, f"the page's Content-Security-Policy refused: {refused[:5]}"
 
 
 @pytest.fixture(scope="session")

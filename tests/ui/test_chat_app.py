@@ -1,8 +1,14 @@
-"""The chat app in a real browser, over real models: streaming with the overlay, stats, Stop, tabs, models view."""
+"""The chat app in a real browser, over real models: streaming with the overlay, stats, Stop, tabs, models view, bad
+input, and a Markdown view that loads nothing from elsewhere."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -235,21 +241,29 @@ def test_reload_applies_the_thread_setting(chat_server, new_page):
         reload_with(1)  # the machine's two cores are shared: the other tests run with one thread
 
 
-def test_two_tabs_share_the_engine_in_turn(chat_server, new_page):
-    first = open_chat(new_page, chat_server.url)
-    second = open_chat(new_page, chat_server.url)
-    set_max_tokens(first, 3000, settings_file(chat_server))
+@contextmanager
+def streaming_a_long_answer(new_page, server) -> Iterator[tuple]:
+    """(a tab, the mark of its answer): a long answer that holds the engine until stopped; max tokens is 3000 for as
+    long as the block lasts."""
+    page = open_chat(new_page, server.url)
+    set_max_tokens(page, 3000, settings_file(server))
     try:
-        first_mark = send(first, LONG_PROMPT)
-        first.wait_for_selector('#sc-status .sc-status[data-state="generating"]', timeout=120_000)
+        mark = send(page, LONG_PROMPT)
+        page.wait_for_selector('#sc-status .sc-status[data-state="generating"]', timeout=120_000)
+        yield page, mark
+    finally:
+        set_max_tokens(page, 160, settings_file(server))
+
+
+def test_two_tabs_share_the_engine_in_turn(chat_server, new_page):
+    second = open_chat(new_page, chat_server.url)
+    with streaming_a_long_answer(new_page, chat_server) as (first, first_mark):
         second_mark = send(second, "What is the capital of France?")
         second.wait_for_selector('#sc-status .sc-status[data-state="waiting"]', timeout=30_000)
         assert "Waiting in line" in second.locator("#sc-status").inner_text()
         first.click("#sc-stop")
         assert settle(first, first_mark)[-1][0] == "stopped"
         assert settle(second, second_mark)[-1][0] == "done"
-    finally:
-        set_max_tokens(first, 160, settings_file(chat_server))
     assert user_messages(first) == [LONG_PROMPT]
     assert user_messages(second) == ["What is the capital of France?"]
     assert answers(second).count() == 1 and token_count(second) > 0
@@ -357,3 +371,135 @@ def test_the_default_pair_downloads_in_one_click_with_progress_cancel_and_remove
     page.click("#sc-remove")
     page.wait_for_selector('#sc-pairs tr[data-pair="smol-pair"][data-state="missing"]')
     assert progress.inner_text() == f"Removed smol-pair: deleted {served.path.name}."
+
+
+# A lone surrogate, as a browser sends one (JavaScript strings may hold them; Playwright's fill would refuse it).
+TYPE_LONE_SURROGATE = """box => {
+  const input = document.querySelector(box);
+  input.value = 'abc \\ud800 def';
+  input.dispatchEvent(new Event('input', {bubbles: true}));
+}"""
+
+
+def test_a_lone_surrogate_gets_one_clear_line_and_the_app_serves_the_next_messages(chat_server, new_page):
+    second = open_chat(new_page, chat_server.url)
+    with streaming_a_long_answer(new_page, chat_server) as (first, first_mark):
+        # Waiting in line, the message is shown in the conversation (the page can show what the browser sent).
+        second.evaluate(TYPE_LONE_SURROGATE, "#sc-input textarea")
+        second.click("#sc-send")
+        second.wait_for_selector('#sc-status .sc-status[data-state="waiting"]', timeout=30_000)
+        assert user_messages(second) == ["abc \ufffd def"]
+        first.click("#sc-stop")
+        assert settle(first, first_mark)[-1][0] == "stopped"
+    second.wait_for_selector('#sc-status .sc-status[data-state="error"]', timeout=60_000)
+    said = second.locator("#sc-status").inner_text()
+    assert "surrogate" in said and "\n" not in said.strip(), said
+    # The message is back in the box to be fixed, the conversation as it was; nothing holds the engine.
+    assert second.locator("#sc-input textarea").input_value() == "abc \ufffd def"
+    assert user_messages(second) == []
+    # The Compare tab takes the engine's lock on its own: it too says what went wrong and lets it go.
+    second.get_by_role("tab", name="Compare").click()
+    second.evaluate(TYPE_LONE_SURROGATE, "#compare-prompt textarea")
+    second.click("#compare-run")
+    second.locator("#compare-status").get_by_text("surrogate").wait_for(timeout=60_000)
+    second.get_by_role("tab", name="Chat").click()
+    for page in (second, first):
+        assert settle(page, send(page, "Say hello."))[-1][0] == "done"
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[tuple[str, list[str]]]:
+    """An HTTP server on another loopback address, standing for any server off this machine: (its URL, the paths
+    it was asked for)."""
+    asked: list[str] = []
+
+    class Recorder(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(204)
+            self.end_headers()
+
+        do_POST = do_GET
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.2:{server.server_address[1]}", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_markdown_view_loads_nothing_a_message_points_at(chat_server, new_page, elsewhere, artifacts):
+    url, asked = elsewhere
+    text = (
+        f'An image <img src="{url}/raw.png"> and ![a chart]({url}/chart.png) and [a link]({url}/link).\n\n'
+        f'<form action="{url}/form"><input name="q"><button>Send</button></form>\n\n<iframe src="{url}/frame"></iframe>'
+    )
+    page = open_chat(new_page, chat_server.url)
+    settle(page, send(page, text))
+    page.locator("#sc-overlay-switch input").uncheck()
+    markdown = page.locator("#sc-chat-markdown")
+    shown = markdown.locator(".message-content").first
+    shown.get_by_text("image: a chart").wait_for()
+    page.wait_for_timeout(1000)  # whatever the page would fetch, it would have asked for by now
+    loading = markdown.locator(".message-content").locator("img, form, iframe, input")
+    assert loading.count() == 0, loading.evaluate_all("els => els.map(e => e.outerHTML)")
+    said = shown.inner_text()
+    assert f'<img src="{url}/raw.png">' in said and f'<form action="{url}/form">' in said
+    assert f'<iframe src="{url}/frame">' in said and f"({url}/chart.png)" in said and f"a link ({url}/link)" in said
+    link = shown.get_by_role("link", name="a link")
+    assert link.get_attribute("href") == f"{url}/link"
+    assert {"noreferrer", "noopener"} <= set(link.get_attribute("rel").split())
+    page.screenshot(path=str(artifacts / "markdown-escaped.png"))
+    assert asked == []
+
+
+def test_the_page_loads_posts_and_frames_nothing_from_elsewhere_whatever_renders(chat_server, browser, elsewhere):
+    """The Content-Security-Policy on its own: markup put straight into the page, past the Markdown view's escaping."""
+    from specchat.ui.app import CONTENT_SECURITY_POLICY
+
+    url, asked = elsewhere
+    for path in ("", "health", "v1/models"):
+        with urllib.request.urlopen(chat_server.url + path, timeout=30) as response:
+            assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(chat_server.url)
+        page.wait_for_selector("#sc-input textarea")
+        page.evaluate(
+            """url => {
+              window.__refused = [];
+              document.addEventListener('securitypolicyviolation', e => window.__refused.push(e.effectiveDirective));
+              document.body.insertAdjacentHTML('beforeend',
+                `<img src="${url}/img.png"><iframe src="${url}/frame"></iframe>` +
+                `<form id="out" action="${url}/form" method="post"><input name="q" value="secret"></form>`);
+              document.getElementById('out').submit();
+            }""",
+            url,
+        )
+        page.wait_for_function("() => window.__refused.length >= 3", timeout=10_000)
+        assert {"img-src", "frame-src", "form-action"} <= set(page.evaluate("window.__refused"))
+        page.wait_for_timeout(1000)
+    finally:
+        context.close()
+    assert asked == []
+
+
+def test_a_path_the_file_system_refuses_is_one_line_and_the_next_file_is_added(empty_server, new_page, tiny_model):
+    page = new_page(empty_server.url)
+    page.wait_for_selector("#sc-pairs tr[data-pair]")
+    progress = page.locator("#sc-download-progress .sc-download")
+    page.fill("#sc-local-path textarea, #sc-local-path input", "/tmp/a\x00b.gguf")  # a NUL, which no path may hold
+    page.click("#sc-add")
+    page.wait_for_selector('#sc-download-progress .sc-download[data-state="error"]')
+    said = progress.inner_text()
+    assert "embedded null byte" in said and "\n" not in said.strip(), said
+    page.fill("#sc-local-path textarea, #sc-local-path input", str(tiny_model))
+    page.fill("#sc-local-name textarea, #sc-local-name input", "smollm-added")
+    page.click("#sc-add")
+    page.wait_for_selector('#sc-models tr[data-model="smollm-added"][data-state="installed"]')

@@ -1,4 +1,5 @@
-"""The app's pure parts: overlay HTML, stats panel and plot, persisted settings, the engine host's line."""
+"""The app's parts without a browser: overlay HTML, the Markdown view's escaping, stats panel and plot, persisted
+settings, the engine host's line and loading, and what a chat request does when something unexpected fails."""
 
 from __future__ import annotations
 
@@ -6,13 +7,18 @@ import json
 import re
 import threading
 import time
+from collections.abc import Iterator
 from html.parser import HTMLParser
 
+import gradio as gr
 import pytest
 
-from specchat.engine import Stats
+from specchat import logs
+from specchat.engine import BackendConfig, Engine, GenerationSettings, SamplingParams, Stats
+from specchat.errors import SpecchatError
 from specchat.host import EngineHost
-from specchat.ui.overlay import Piece, code_regions, overlay_html, text_of
+from specchat.ui.app import SETTING_NAMES, ChatApp
+from specchat.ui.overlay import Piece, code_regions, displayable, overlay_html, safe_markdown, text_of
 from specchat.ui.settings import Settings, load_settings, save_settings, settings_path
 from specchat.ui.stats_view import acceptance_svg, stats_html
 
@@ -106,6 +112,39 @@ def test_an_unclosed_code_block_runs_to_the_end_while_streaming():
     assert code_regions("```\na\n```\nb\n~~~~\nc\n~~~~") == [(0, 10), (12, 23)]
 
 
+def test_the_markdown_view_gets_raw_html_as_text_and_images_as_links_that_show_their_targets():
+    # Entities, not backslashes: a bare URL right before a backslash takes it in (GFM), and the tag would be HTML again.
+    assert safe_markdown('see <img src="http://x/a.png"> <form action="http://x/f"><input name="q">') == (
+        'see &lt;img src="http://x/a.png"> &lt;form action="http://x/f">&lt;input name="q">'
+    )
+    # An image is a link to it; a link shows its target after it (escaped: shown, never read as markup).
+    assert safe_markdown('![chart](http://x/c.png "t")') == (
+        '[image: chart](http://x/c.png "t") (http\\:\\/\\/x\\/c\\.png)'
+    )
+    assert safe_markdown("[docs](https://d.org/(v)1)") == (
+        "[docs](https://d.org/(v)1) (https\\:\\/\\/d\\.org\\/\\(v\\)1)"
+    )
+    assert safe_markdown("[https://d.org](https://d.org) <https://d.org>") == (
+        "[https://d.org](https://d.org) &lt;https://d.org>"
+    )
+    assert safe_markdown("[a <b>](u) and ![r][ref]") == "[a &lt;b>](u) (u) and &#33;[r][ref]"
+    # Code is left as written: fences (in lists too, unclosed while streaming) and code spans on one line.
+    code = "1. Run:\n   - this:\n     ```html\n     <img src=x>\n     ```\n`a < b` and ``c ` <d>`` \n```\n<e"
+    assert safe_markdown(code) == code
+    # Lines as Markdown counts them: \r\n is one break, U+2028 none.
+    assert safe_markdown("a\u2028b <c>\r\n```\r\n<d>\r\n```\r\n<e>") == "a\u2028b &lt;c>\r\n```\r\n<d>\r\n```\r\n&lt;e>"
+    # No code span where the renderer may see none: after an escaped backtick, across lines, over a table cell's
+    # border, or inside a bare URL (GFM links it up to the next space, backticks and all).
+    assert safe_markdown("\\`<i>` and `a\n<b>` and `c|<d>`") == "\\`&lt;i>` and `a\n&lt;b>` and `c|&lt;d>`"
+    assert safe_markdown("http://x/`<img src=y>`") == "http://x/`&lt;img src=y>`"
+    assert safe_markdown("2 < 3, no markup!") == "2 &lt; 3, no markup!"
+
+
+def test_text_goes_back_to_the_browser_as_valid_unicode():
+    assert displayable("abc \ud800 def \U0001f600") == "abc \ufffd def \U0001f600"
+    assert displayable("abc \ud800 def").encode("utf-8")
+
+
 def test_stats_panel_and_plot_show_the_numbers():
     stats = Stats(mode="speculative", strategy="draft model, k=3")
     stats.tokens, stats.iterations, stats.draft_s, stats.verify_s = 12, 4, 0.1, 0.3
@@ -120,6 +159,20 @@ def test_stats_panel_and_plot_show_the_numbers():
     assert len(heights) == 3 and heights[0] > heights[1] == heights[2] > 0
     assert "position 1: 2 of 2 accepted (100%)" in svg
     assert "sc-stats-empty" in stats_html(None) and "sc-plot-empty" in acceptance_svg(None)
+
+
+def test_a_k4_answer_that_ends_at_max_tokens_shows_draft_length_4(tiny_model):
+    engine = Engine.load(tiny_model, tiny_model, BackendConfig(n_ctx=512, n_threads=1))
+    drafts = []
+    engine.on_verify = lambda step: drafts.append(len(step.drafts))
+    # The tiny model drafting for itself, greedy: every draft is kept, 5 tokens a step; the last step has 1 token
+    # left under max tokens, so it drafts nothing.
+    settings = GenerationSettings(mode="speculative", k=4, sampling=SamplingParams(0.0), seed=0, max_tokens=21)
+    list(engine.chat([{"role": "user", "content": "Count from 1 to 50."}], settings))
+    stats = engine.last_stats
+    engine.close()
+    assert stats.finish_reason == "length" and drafts == [4, 4, 4, 4, 0] and stats.k == 0
+    assert 'data-stat="k">4<' in stats_html(stats)
 
 
 def test_settings_round_trip_through_the_config_folder(tmp_path, monkeypatch):
@@ -228,6 +281,123 @@ def test_loading_reports_ready_or_the_reason(tiny_model, qwen_pair, tmp_path, mo
 
 
 def _config():
-    from specchat.engine import BackendConfig
-
     return BackendConfig(n_ctx=512, n_threads=2)
+
+
+def test_a_turn_taken_while_a_model_loads_waits_for_it_in_arrival_order(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))  # a new home: the load copies the draft and times the models
+    host = EngineHost()
+    host.load(tiny_model, tiny_model, _config())
+    first, second = host.turn(None), host.turn(None)
+    assert first.wait(0.01) == 0 and host.status().state == "loading"  # next, waiting for the model
+    assert second.wait(0.01) == 1
+    while (ahead := first.wait(0.25)) is not None:
+        assert ahead == 0
+    assert host.status().state == "ready" and first.engine is host.engine and host.engine.lock.locked()
+    assert second.wait(0.01) == 1
+    first.close()
+    while second.wait(0.25) is not None:
+        pass
+    second.close()
+    assert host.in_line() == 0 and not host.engine.lock.locked()
+
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"not a model")
+    host.load(broken, None, _config())
+    with host.turn(None) as turn, pytest.raises(SpecchatError, match="^Could not load the model"):
+        while turn.wait(0.25) is not None:
+            pass
+    assert host.in_line() == 0
+    host.close()
+
+
+@pytest.fixture
+def log_file(tmp_path, monkeypatch):
+    """specchat's log set up as a server sets it up, in a home of the test's own; undone afterwards."""
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    path = logs.configure()
+    yield path
+    for handler in list(logs.LOGGER.handlers):
+        logs.LOGGER.removeHandler(handler)
+        handler.close()
+    logs.LOGGER.propagate = True
+
+
+def test_an_unexpected_error_is_logged_with_its_traceback_and_told_in_one_line(capsys, log_file):
+    assert log_file == logs.log_file() and logs.configure() == log_file  # once per process
+    try:
+        raise RuntimeError("the decoder broke\nbadly")
+    except RuntimeError as e:
+        line = logs.unexpected(e, "Answering")
+    assert (
+        line == f"Answering failed unexpectedly (RuntimeError: the decoder broke badly); the details are in {log_file}."
+    )
+    written = log_file.read_text()
+    assert "ERROR specchat: Answering failed" in written and "Traceback" in written
+    assert 'raise RuntimeError("the decoder broke' in written and "Traceback" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def tiny_host(tiny_model, tmp_path_factory) -> Iterator[EngineHost]:
+    """SmolLM2 drafting for itself, loaded as the app loads it (in a specchat home of its own)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECCHAT_HOME", str(tmp_path_factory.mktemp("specchat-home")))
+        host = EngineHost(draft_as_is=True)
+        host.load(tiny_model, tiny_model, _config())
+        # Loading times the models for auto mode: minutes at worst on two busy cores.
+        assert host.wait_loaded(600).state == "ready", host.status().message
+    yield host
+    host.close()
+
+
+def _chat_values(**changes) -> tuple:
+    settings = Settings(mode="speculative", k=4, temperature=0.0, seed=0, max_tokens=12, **changes)
+    return tuple(getattr(settings, name) for name in SETTING_NAMES)
+
+
+def _status(update: tuple) -> str:
+    return re.sub("<[^>]+>", "", update[-1])
+
+
+def test_a_failure_at_the_start_of_an_answer_frees_the_engine_and_the_next_message_is_answered(
+    tiny_host, log_file, monkeypatch
+):
+    app = ChatApp(tiny_host, 512, {})
+    request = gr.Request(session_hash="tab")
+    engine = tiny_host.engine
+
+    def broken_chat(messages, settings):  # a fault no check foresaw, in the real engine
+        raise RuntimeError("the tokenizer broke")
+
+    monkeypatch.setattr(engine, "chat", broken_chat)
+    updates = list(app.respond(request, "Hello", [], *_chat_values()))
+    textbox, conv, *_ = updates[-1]
+    assert (textbox, conv) == ("Hello", [])  # the message is back in the box, the conversation as it was
+    assert _status(updates[-1]).startswith("Answering failed unexpectedly (RuntimeError: the tokenizer broke)")
+    assert "Traceback" in log_file.read_text()
+    assert not engine.lock.locked() and tiny_host.in_line() == 0 and not app._busy
+
+    monkeypatch.undo()
+    updates = list(app.respond(request, "Hello", [], *_chat_values()))
+    assert _status(updates[-1]) in ("Done.", "Stopped at the max tokens setting.")
+    assert updates[-1][1][-1]["content"]
+
+
+def test_a_failure_mid_answer_keeps_the_text_so_far_and_frees_the_engine(tiny_host, log_file, monkeypatch):
+    app = ChatApp(tiny_host, 512, {})
+    engine = tiny_host.engine
+    real_chat = engine.chat
+
+    def failing_after_3_tokens(messages, settings):
+        for i, event in enumerate(real_chat(messages, settings)):
+            if i == 3:
+                raise OSError("the disk went away")
+            yield event
+
+    monkeypatch.setattr(engine, "chat", failing_after_3_tokens)
+    updates = list(app.respond(gr.Request(session_hash="tab"), "Count to ten.", [], *_chat_values()))
+    textbox, conv, *_ = updates[-1]
+    assert textbox == "" and [m["role"] for m in conv] == ["user", "assistant"]
+    assert len(conv[-1]["pieces"]) == 3 and conv[-1]["content"]
+    assert _status(updates[-1]).startswith("Answering failed unexpectedly (OSError: the disk went away)")
+    assert not engine.lock.locked() and tiny_host.in_line() == 0 and not app._busy

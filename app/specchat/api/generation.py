@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
 from specchat.engine import Engine, Stats, TokenEvent
 from specchat.host import EngineHost, Turn
+from specchat.logs import LOGGER
 
 # How often a request looks whether its client went away: while it waits in line, and while a whole (not streamed)
 # answer is being made. The line itself wakes a waiting request as soon as it moves.
@@ -20,8 +20,8 @@ Start = Callable[[Engine], tuple[list[int], Iterator[TokenEvent]]]
 
 
 def log(message: str) -> None:
-    """One line per answer on the server's standard error: what it made, or why it stopped."""
-    print(f"specchat api: {message}", file=sys.stderr, flush=True)
+    """One line per answer in the server's log: what it made, or why it stopped."""
+    LOGGER.info("api: %s", message)
 
 
 class ClientGone(Exception):

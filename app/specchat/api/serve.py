@@ -13,6 +13,7 @@ from collections.abc import Callable
 import uvicorn
 from fastapi import FastAPI
 
+from specchat import logs
 from specchat.api.server import create_app
 from specchat.errors import SpecchatError
 from specchat.host import EngineHost
@@ -25,6 +26,7 @@ GRACEFUL_SHUTDOWN_S = 2
 
 def main(args: argparse.Namespace) -> int:
     """Load the model (and time it for auto mode), then serve the API until interrupted."""
+    logs.configure()
     key = api_key(args)
     target, draft = resolve_models(args)
     sock = bind(args.host, args.port)  # before seconds of loading: a port in use is known at once

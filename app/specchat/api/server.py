@@ -21,6 +21,7 @@ from specchat.api.shapes import Reply, token_kind
 from specchat.engine import Engine, TokenEvent
 from specchat.errors import PromptTooLongError, SpecchatError
 from specchat.host import EngineHost
+from specchat.logs import LOGGER
 from specchat.models import catalog
 
 # What a client that cannot be answered now hears, by the host's state.
@@ -229,6 +230,7 @@ def _api_error(e: Exception, prompt: str) -> ApiError:
         return ApiError(str(e), prompt, "context_length_exceeded")
     if isinstance(e, SpecchatError):
         return ApiError(str(e))
+    LOGGER.error("api: the engine failed", exc_info=e)
     return ApiError(f"the engine failed: {type(e).__name__}: {e}", status=500, type="server_error")
 
 

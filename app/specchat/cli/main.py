@@ -131,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     ui = sub.add_parser("ui", help="start the chat app in the browser, with the API beside it (the default command)")
     _add_serving_arguments(ui, 7860)
     ui.add_argument("--no-browser", action="store_true", help="do not open a browser window")
+    ui.add_argument(
+        "--auth",
+        metavar="USER:PASSWORD",
+        help="the login the page asks for (default: $SPECCHAT_AUTH; unset: none). Beyond 127.0.0.1 without one,"
+        " the Models tab cannot add, remove or download files",
+    )
     # Unset threads / GPU layers mean "as saved in the settings", not the command line's own defaults.
     ui.set_defaults(threads=None, gpu_layers=None, func=_cmd_ui)
     serve = sub.add_parser("serve", help="serve the OpenAI-compatible API alone (no browser app)")

@@ -70,6 +70,11 @@ def cache_dir() -> Path:
     return home / "cache" if home else Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
 
+def log_dir() -> Path:
+    home = _home()
+    return home / "logs" if home else Path(platformdirs.user_log_dir(APP_NAME, appauthor=False))
+
+
 def models_dir() -> Path:
     return data_dir() / "models"
 

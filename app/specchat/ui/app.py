@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import os
 import socket
 import sys
 import threading
@@ -17,7 +18,9 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 import gradio as gr
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from specchat import logs
 from specchat.api import serve
 from specchat.api.server import create_app
 from specchat.engine import MODES, BackendConfig, GenerationSettings, Stats
@@ -27,7 +30,7 @@ from specchat.launch import resolve_models
 from specchat.models import catalog
 from specchat.ui import compare_tab
 from specchat.ui.models_view import ModelsView, model_banner
-from specchat.ui.overlay import Piece, legend_html, overlay_html, stylesheet, text_of
+from specchat.ui.overlay import Piece, displayable, legend_html, overlay_html, safe_markdown, stylesheet, text_of
 from specchat.ui.settings import LIMITS, Settings, load_settings, save_settings
 from specchat.ui.stats_view import acceptance_svg, stats_html
 
@@ -42,10 +45,33 @@ MODE_LABELS = {
 UPDATE_INTERVAL_S = 0.08
 # How long a waiting request sleeps between looks at its place in line (and at the Stop button).
 WAIT_POLL_S = 0.25
+AUTH_ENV = "SPECCHAT_AUTH"
+# Where the page may load from, post to and connect to: its own server. Whatever a model's answer holds, and however
+# it renders, the browser then fetches nothing from elsewhere (an image's URL can carry conversation text out).
+# Gradio's page needs its inline script and styles, and its HTML component builds its templates with Function (eval).
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self' 'unsafe-inline' 'unsafe-eval'",
+        "style-src 'self' 'unsafe-inline'",
+        "img-src 'self' data: blob:",
+        "media-src 'self' data: blob:",
+        "font-src 'self' data:",
+        "connect-src 'self'",
+        "frame-src 'self'",
+        "worker-src 'self' blob:",
+        "object-src 'none'",
+        "form-action 'self'",
+        "base-uri 'self'",
+        "frame-ancestors 'self'",
+    ]
+)
 
 
 def main(args: argparse.Namespace, sock: socket.socket) -> int:
     """Serve the app on sock (bound to --host and --port) until interrupted."""
+    logs.configure()
+    auth = web_auth(args)
     overrides = {name: getattr(args, name) for name in ("threads", "gpu_layers") if getattr(args, name) is not None}
     host = EngineHost(draft_as_is=args.draft_as_is)
     try:
@@ -58,9 +84,11 @@ def main(args: argparse.Namespace, sock: socket.socket) -> int:
         chosen = None
     if chosen is not None:
         host.load(*chosen, backend_config(replace(load_settings(), **overrides), args.n_ctx))
-    demo = build_app(host, n_ctx=args.n_ctx, overrides=overrides, pair=args.pair)
+    # Beyond this machine, and with no password, the page must not offer the server's files to whoever reaches it.
+    file_actions = auth is not None or serve.is_loopback(args.host)
+    demo = build_app(host, n_ctx=args.n_ctx, overrides=overrides, pair=args.pair, file_actions=file_actions)
     try:
-        launch(demo, host, args, sock)
+        launch(demo, host, args, sock, auth)
     finally:
         host.close()
     return 0
@@ -77,8 +105,57 @@ def backend_config(settings: Settings, n_ctx: int) -> BackendConfig:
     return BackendConfig(n_ctx=n_ctx, n_threads=settings.threads or None, n_gpu_layers=settings.gpu_layers)
 
 
-def launch(demo: gr.Blocks, host: EngineHost, args: argparse.Namespace, sock: socket.socket) -> None:
-    """Serve the app, with the OpenAI-compatible API beside it on the same engine and line, until interrupted."""
+def web_auth(args: argparse.Namespace) -> tuple[str, str] | None:
+    """--auth USER:PASSWORD, else $SPECCHAT_AUTH: the login the page asks for. Without one beyond this machine, warns
+    that the Models tab's file actions are off."""
+    given = args.auth or os.environ.get(AUTH_ENV) or None
+    if given is None:
+        if not serve.is_loopback(args.host):
+            print(
+                f"warning: serving the app on {args.host} without --auth: anyone who can reach this port can chat;"
+                " the Models tab's file actions (add a file, remove, download) are off."
+                f" Give --auth USER:PASSWORD (or set {AUTH_ENV}) to log in and have them.",
+                file=sys.stderr,
+                flush=True,
+            )
+        return None
+    user, colon, password = given.partition(":")
+    if not (user and colon and password):
+        raise SpecchatError("--auth takes USER:PASSWORD, both not empty")
+    return user, password
+
+
+class SecurityHeaders:
+    """ASGI middleware: the Content-Security-Policy on every response, pages, files and API alike."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_policy(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"content-security-policy"]
+                headers.append((b"content-security-policy", CONTENT_SECURITY_POLICY.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_policy)
+
+
+def launch(
+    demo: gr.Blocks,
+    host: EngineHost,
+    args: argparse.Namespace,
+    sock: socket.socket,
+    auth: tuple[str, str] | None = None,
+) -> None:
+    """Serve the app, with the OpenAI-compatible API beside it on the same engine and line, until interrupted.
+
+    auth: the user name and password the page asks for (the API has its own key)."""
     key = serve.api_key(args)
     try:
         app = gr.mount_gradio_app(
@@ -88,7 +165,9 @@ def launch(demo: gr.Blocks, host: EngineHost, args: argparse.Namespace, sock: so
             css=stylesheet(),
             theme=gr.themes.Default(primary_hue="indigo", neutral_hue="slate"),
             footer_links=["settings"],
+            auth=auth,
         )
+        app.add_middleware(SecurityHeaders)
         url = serve.base_url(args.host, args.port)
 
         def ready() -> None:
@@ -106,7 +185,7 @@ def launch(demo: gr.Blocks, host: EngineHost, args: argparse.Namespace, sock: so
 
 
 def _user_html(text: str) -> str:
-    return f'<div class="sc-user">{html.escape(text).replace(chr(10), "<br>")}</div>'
+    return f'<div class="sc-user">{html.escape(displayable(text)).replace(chr(10), "<br>")}</div>'
 
 
 def overlay_messages(conv: list[dict]) -> list[dict]:
@@ -121,7 +200,8 @@ def overlay_messages(conv: list[dict]) -> list[dict]:
 
 
 def markdown_messages(conv: list[dict]) -> list[dict]:
-    return [{"role": m["role"], "content": m["content"]} for m in conv]
+    """The conversation for the Markdown chat, which renders Markdown and some HTML: see safe_markdown."""
+    return [{"role": m["role"], "content": safe_markdown(displayable(m["content"]))} for m in conv]
 
 
 def chat_views(conv: list[dict], overlay: bool) -> tuple:
@@ -137,11 +217,12 @@ def _update(
 ) -> tuple:
     """One update of the chat's outputs: (textbox, conversation, overlay chat, Markdown chat, stats, plot, status)."""
     panels = (gr.skip(), gr.skip()) if stats is _UNCHANGED else (stats_html(stats), acceptance_svg(stats))
-    return (textbox, conv, *chat_views(conv, overlay), *panels, status_html(state, text))
+    shown = displayable(textbox) if isinstance(textbox, str) else textbox
+    return (shown, conv, *chat_views(conv, overlay), *panels, status_html(state, text))
 
 
 def status_html(state: str, text: str) -> str:
-    return f'<div class="sc-status" data-state="{state}">{html.escape(text)}</div>'
+    return f'<div class="sc-status" data-state="{state}">{html.escape(displayable(text))}</div>'
 
 
 _FINISHED = {
@@ -186,12 +267,13 @@ class ChatApp:
             # A second Enter while this tab's answer streams would interleave two answers in one conversation.
             yield *[gr.skip()] * 6, status_html("busy", "Still answering: wait, or press Stop first.")
             return
-        engine = self.host.engine
         if not message.strip():
             yield _update(gr.skip(), conv, s.overlay, "idle", "")
             return
-        if engine is None:
-            status = self.host.status()
+        status = self.host.status()
+        # While a model loads, the message waits in line for it (with None, the turn takes the model once loaded).
+        engine = None if status.state == "loading" else self.host.engine
+        if engine is None and status.state != "loading":
             text = status.message if status.state != "empty" else "No model is loaded: load one in the Models tab."
             yield _update(message, conv, s.overlay, "error", text)
             return
@@ -207,6 +289,8 @@ class ChatApp:
         try:
             with self.host.turn(engine) as turn:
                 yield from self._answer(turn, message, conv, s, settings, stop)
+        except Exception as e:  # the turn is given up by now: the next request in line goes on
+            yield _update(message, conv, s.overlay, "error", logs.unexpected(e, "Answering"))
         finally:
             self._busy.discard(session)
 
@@ -228,18 +312,23 @@ class ChatApp:
                 if stop.is_set():
                     yield _update(message, conv, s.overlay, "stopped", "Stopped before the answer started.")
                     return
-                waiting = f"{ahead} request{'s' * (ahead != 1)} ahead" if ahead else "the engine is busy"
-                text = f"Waiting in line: {waiting}. This model answers one request at a time."
+                if self.host.status().state == "loading":
+                    text = "Waiting for the model to load…"
+                else:
+                    waiting = f"{ahead} request{'s' * (ahead != 1)} ahead" if ahead else "the engine is busy"
+                    text = f"Waiting in line: {waiting}. This model answers one request at a time."
                 yield _update("", asked, s.overlay, "waiting", text)
             engine = turn.engine
             events = engine.chat(prompt, settings)
-        except SpecchatError as e:
+        except Exception as e:
             turn.close()
-            yield _update(message, conv, s.overlay, "error", str(e))
+            text = str(e) if isinstance(e, SpecchatError) else logs.unexpected(e, "Answering")
+            yield _update(message, conv, s.overlay, "error", text)
             return
         answer = {"role": "assistant", "content": "", "pieces": []}
         conv = [*asked, answer]
         stats: Stats | None = None
+        failure = None
         try:
             yield _update("", conv, s.overlay, "generating", "Reading the prompt…")
             last = time.perf_counter()
@@ -252,11 +341,16 @@ class ChatApp:
                     last = time.perf_counter()
                     answer["content"] = text_of(answer["pieces"])
                     yield _update("", conv, s.overlay, "generating", f"Generating… {stats.tokens} tokens", stats)
+        except Exception as e:  # the answer so far stays in the conversation, with the error under it
+            failure = logs.unexpected(e, "Answering")
         finally:
             events.close()
             stats = stats or engine.last_stats  # while the engine is still this answer's
             turn.close()  # before the last update: the next request in line need not wait for the browser
         answer["content"] = text_of(answer["pieces"])
+        if failure is not None:
+            yield _update("", conv, s.overlay, "error", failure, stats)
+            return
         finish = stats.finish_reason if stats is not None else "closed"
         state = "stopped" if finish == "closed" else "done"
         yield _update("", conv, s.overlay, state, _FINISHED.get(finish, "Done."), stats)
@@ -292,11 +386,18 @@ class ChatApp:
         return Settings.from_dict(dict(zip(SETTING_NAMES, values)))
 
 
-def build_app(host: EngineHost, n_ctx: int = 4096, overrides: dict | None = None, pair: str | None = None) -> gr.Blocks:
+def build_app(
+    host: EngineHost,
+    n_ctx: int = 4096,
+    overrides: dict | None = None,
+    pair: str | None = None,
+    file_actions: bool = True,
+) -> gr.Blocks:
     """The whole app over one shared engine host (loading or loaded by the caller, or empty).
 
     overrides: settings given on the command line, over the saved ones; pair: the pair the models view offers first
-    (default: the catalog's default pair).
+    (default: the catalog's default pair); file_actions: whether the models view offers to add, remove and download
+    model files (off for a page served beyond this machine without a login).
     """
     app = ChatApp(host, n_ctx, overrides or {})
     initial = app.settings()
@@ -364,7 +465,7 @@ def build_app(host: EngineHost, n_ctx: int = 4096, overrides: dict | None = None
             with gr.Tab("Compare", id="compare"):
                 compare_tab.build(host.get_engine)
             with gr.Tab("Models", id="models"):
-                models = ModelsView(host, n_ctx)
+                models = ModelsView(host, n_ctx, file_actions)
                 models.build(controls["threads"], controls["gpu_layers"], banner, pair)
 
         setting_inputs = [controls[name] for name in SETTING_NAMES]

@@ -14,6 +14,7 @@ from specchat.bench.compare import NEAR_TIE_LOGITS, Comparison, Run, compare
 from specchat.bench.report import config_label
 from specchat.engine import Engine, GenerationSettings, SamplingParams
 from specchat.errors import SpecchatError
+from specchat.logs import unexpected
 
 COLUMNS = ("plain", "speculative", "lookup")
 TITLES = {"plain": "Plain decoding", "speculative": "Speculative (draft model)", "lookup": "Prompt lookup"}
@@ -117,29 +118,30 @@ def build(get_engine: Callable[[], Engine | None]) -> None:
             yield _outputs(None, "Write a prompt first.")
             return
         modes = [mode for mode in COLUMNS[1:] if mode != "speculative" or engine.draft is not None]
-        settings = GenerationSettings(
-            mode="plain",
-            k=int(k_value),
-            sampling=SamplingParams(float(temp)),
-            seed=int(seed_value or 0),
-            max_tokens=int(max_tok),
-        )
         messages = [{"role": "user", "content": prompt_text}]
-        if engine.lock.locked():
-            yield _outputs(None, "Waiting for the engine: another generation is running.")
         comparison = None
-        with engine.lock:
-            try:
+        try:
+            settings = GenerationSettings(
+                mode="plain",
+                k=int(k_value),
+                sampling=SamplingParams(float(temp)),
+                seed=int(seed_value or 0),
+                max_tokens=int(max_tok),
+            )
+            if engine.lock.locked():
+                yield _outputs(None, "Waiting for the engine: another generation is running.")
+            with engine.lock:
                 shown = 0.0
                 for comparison in compare(engine, messages, settings, modes):
                     if time.monotonic() - shown >= _UPDATE_S:
                         shown = time.monotonic()
                         current = next((r for r in comparison.runs if not r.done), comparison.runs[-1])
                         yield _outputs(comparison, f"Running {current.mode}…")
-            except SpecchatError as e:
-                yield _outputs(comparison, f"Error: {e}")
-                return
-        yield _outputs(comparison, "Done.", _summary(comparison, engine), _timeline_plot(comparison))
+            yield _outputs(comparison, "Done.", _summary(comparison, engine), _timeline_plot(comparison))
+        except SpecchatError as e:
+            yield _outputs(comparison, f"Error: {e}")
+        except Exception as e:  # the lock is free again: the chat and the next comparison go on
+            yield _outputs(comparison, unexpected(e, "The comparison"))
 
     run_button.click(
         run, [prompt, seed, temperature, k, max_tokens], [status, *headers, *texts, summary, plot], concurrency_limit=1

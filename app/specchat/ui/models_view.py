@@ -13,10 +13,15 @@ import gradio as gr
 from specchat.engine import BackendConfig
 from specchat.errors import SpecchatError
 from specchat.host import EngineHost
+from specchat.logs import unexpected
 from specchat.models import catalog, download
 from specchat.models.compat import check_pair
 
 NO_DRAFT = ""  # the draft dropdown's "none" value: lookup and plain modes need no draft model
+NO_FILE_ACTIONS = (
+    "This page is served beyond this machine without a login, so it cannot add, remove or download model files: "
+    "start specchat with --auth USER:PASSWORD to have them here, or use `specchat models` on the server."
+)
 # How often a running download's progress bar is redrawn.
 PROGRESS_INTERVAL_S = 0.3
 
@@ -181,9 +186,11 @@ class DownloadJob:
 class ModelsView:
     """Shared by every tab: at most one download runs at a time, and its Cancel button works from any tab."""
 
-    def __init__(self, host: EngineHost, n_ctx: int):
+    def __init__(self, host: EngineHost, n_ctx: int, file_actions: bool = True):
+        """file_actions: whether to offer adding, removing and downloading model files (the server's files)."""
         self.host = host
         self.n_ctx = n_ctx  # for models chosen one by one; a catalog pair brings its own context length
+        self.file_actions = file_actions
         self.job: DownloadJob | None = None
         self._job_guard = threading.Lock()
 
@@ -229,15 +236,20 @@ class ModelsView:
             job.cancel.set()  # a tab closed mid-download stops it rather than leaving it running unseen
             with self._job_guard:
                 self.job = None
-        if job.error is not None:
-            yield progress_html("error", job.error), *self._refresh()
-            return
-        message = f"Downloaded {pair}."
-        if self.host.engine is None and self.host.status().state != "loading":
-            cat = catalog.load_catalog()
-            self.host.load(*job.paths, self._config(threads, gpu_layers, cat.pairs[pair].context_length))
-            message += " Loading it now."
-        yield progress_html("done", message), *self._refresh()
+        try:
+            if job.error is not None:
+                yield progress_html("error", job.error), *self._refresh()
+                return
+            message = f"Downloaded {pair}."
+            if self.host.engine is None and self.host.status().state != "loading":
+                cat = catalog.load_catalog()
+                self.host.load(*job.paths, self._config(threads, gpu_layers, cat.pairs[pair].context_length))
+                message += " Loading it now."
+            yield progress_html("done", message), *self._refresh()
+        except SpecchatError as e:
+            yield _only(progress_html("error", str(e)))
+        except Exception as e:
+            yield _only(progress_html("error", unexpected(e, f"Downloading {pair}")))
 
     def _download(self, job: DownloadJob) -> None:
         def report(p: download.DownloadProgress) -> None:
@@ -249,6 +261,8 @@ class ModelsView:
             # After Cancel, whatever ended the transfer (the cancel itself, or the connection it broke) means the same.
             cancelled = job.cancel.is_set()
             job.error = f"Cancelled. Download {job.pair} again to resume where it stopped." if cancelled else str(e)
+        except Exception as e:  # a worker that died silently would leave the pair "downloaded" with no files
+            job.error = unexpected(e, f"Downloading {job.pair}")
 
     def cancel(self) -> str:
         job = self.job
@@ -265,6 +279,8 @@ class ModelsView:
             removal = download.remove(name)
         except SpecchatError as e:
             return progress_html("error", str(e)), *self._refresh()
+        except Exception as e:
+            return _only(progress_html("error", unexpected(e, f"Removing {name}")))
         if removal.unregistered:
             parts = [
                 f"Forgot the local model {n} (its file {path} stays where it is)." for n, path in removal.unregistered
@@ -282,6 +298,8 @@ class ModelsView:
             self.host.load(target, draft, self._config(threads, gpu_layers, cat.pairs[pair].context_length))
         except SpecchatError as e:
             gr.Warning(str(e))
+        except Exception as e:
+            gr.Warning(unexpected(e, f"Loading {pair}"))
         return self.banner()
 
     # Single models
@@ -294,6 +312,8 @@ class ModelsView:
             self.host.load(catalog.resolve_model(target), draft_path, self._config(threads, gpu_layers, self.n_ctx))
         except SpecchatError as e:
             gr.Warning(str(e))
+        except Exception as e:
+            gr.Warning(unexpected(e, f"Loading {target}"))
         return self.banner()
 
     def add_local(self, path: str, name: str) -> tuple:
@@ -301,6 +321,8 @@ class ModelsView:
             added, file = catalog.add_local_model(path.strip(), name.strip() or None)
         except SpecchatError as e:
             return progress_html("error", str(e)), *self._refresh()
+        except Exception as e:
+            return _only(progress_html("error", unexpected(e, "Adding a local model")))
         return progress_html("done", f"Added {added} ({file})."), *self._refresh()
 
     def banner(self) -> str:
@@ -313,6 +335,7 @@ class ModelsView:
         banner: gr.HTML,
         offered_pair: str | None = None,
     ) -> None:
+        """Without file actions, their buttons are not made and their events not registered: no client can call them."""
         cat = catalog.load_catalog()
         names = installed_models(cat)
         gr.Markdown("### Pairs\nA target model and a smaller draft model with the same tokenizer.")
@@ -320,11 +343,15 @@ class ModelsView:
         with gr.Row(equal_height=False, elem_classes="sc-controls"):
             offered = offered_pair if offered_pair in cat.pairs else cat.default
             pair = gr.Dropdown(list(cat.pairs), value=offered, label="Pair", scale=3, elem_id="sc-pair")
-            download_btn = gr.Button("Download", variant="primary", elem_id="sc-download", scale=0, min_width=130)
-            cancel_btn = gr.Button("Cancel", elem_id="sc-cancel", scale=0, min_width=130)
+            if self.file_actions:
+                download_btn = gr.Button("Download", variant="primary", elem_id="sc-download", scale=0, min_width=130)
+                cancel_btn = gr.Button("Cancel", elem_id="sc-cancel", scale=0, min_width=130)
             load_pair_btn = gr.Button("Load pair", elem_id="sc-load-pair", scale=0, min_width=130)
-            remove_btn = gr.Button("Remove", variant="stop", elem_id="sc-remove", scale=0, min_width=130)
+            if self.file_actions:
+                remove_btn = gr.Button("Remove", variant="stop", elem_id="sc-remove", scale=0, min_width=130)
         progress = gr.HTML(progress_html("idle", ""), elem_id="sc-download-progress")
+        if not self.file_actions:
+            gr.HTML(f'<div class="sc-note" id="sc-no-file-actions">{html.escape(NO_FILE_ACTIONS)}</div>')
 
         gr.Markdown("### Choose target and draft\nAny installed or local model; the check below explains a mismatch.")
         with gr.Row(equal_height=False, elem_classes="sc-controls"):
@@ -341,6 +368,13 @@ class ModelsView:
 
         gr.Markdown("### Models")
         models = gr.HTML(models_html(cat), elem_id="sc-models-view")
+        load_pair_btn.click(self.load_pair, [pair, threads, gpu_layers], banner)
+        load_btn.click(self.load_models, [target, draft, threads, gpu_layers], banner)
+        for choice in (target, draft):
+            choice.change(compatibility_html, [target, draft], compat)
+        if not self.file_actions:
+            return
+
         with gr.Row(equal_height=False, elem_classes="sc-controls"):
             local_path = gr.Textbox(
                 label="Add a local GGUF file", placeholder="/path/to/model.gguf", scale=3, elem_id="sc-local-path"
@@ -352,7 +386,6 @@ class ModelsView:
             remove_model_btn = gr.Button(
                 "Remove model", variant="stop", elem_id="sc-remove-model-button", scale=0, min_width=130
             )
-
         lists = [pairs, models, target, draft, removable]
         download_btn.click(
             self.download,
@@ -364,8 +397,4 @@ class ModelsView:
         cancel_btn.click(self.cancel, None, progress, queue=False)
         remove_btn.click(self.remove, pair, [progress, *lists])
         remove_model_btn.click(self.remove, removable, [progress, *lists])
-        load_pair_btn.click(self.load_pair, [pair, threads, gpu_layers], banner)
-        load_btn.click(self.load_models, [target, draft, threads, gpu_layers], banner)
-        for choice in (target, draft):
-            choice.change(compatibility_html, [target, draft], compat)
         add_btn.click(self.add_local, [local_path, local_name], [progress, *lists])

@@ -1,7 +1,8 @@
 """Token events -> HTML: the accepted/corrected overlay, its legend, and the clean Markdown view.
 
 Pure functions over plain data so the chat history can be re-rendered when the user flips the switch.
-Token text comes from the model and is untrusted: every character goes through html.escape.
+Token text comes from the model and is untrusted: every character goes through html.escape in the overlay, and the
+Markdown view gets it with its HTML and images made visible text (safe_markdown).
 """
 
 from __future__ import annotations
@@ -9,9 +10,12 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
+
+from markdown_it import MarkdownIt
 
 KINDS = ("accepted", "corrected", "bonus", "target")
 LABELS = {
@@ -22,6 +26,27 @@ LABELS = {
 }
 # A fenced code block opens with ``` or ~~~ (up to three spaces of indent) and closes with the same fence.
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})", re.MULTILINE)
+# An inline link or image, as the Markdown view's renderer reads one: [text](destination "title"). No backtick, bracket
+# or angle bracket inside, where code spans and raw HTML would take precedence over the link.
+_LINK = (
+    r"(!?)\[((?:[^\[\]`\\\n]|\\[^\n])*)\]"
+    r"\((<[^<>`\n]*>|(?:[^\s()<>\[\]`\\]|\([^\s()<>\[\]`\\]*\))*)((?:\s+(?:\"[^\"`\n]*\"|'[^'`\n]*'))?)\s*\)"
+)
+# What safe_markdown looks at outside fenced code: a backslash escape (kept), a run of backticks (a code span's
+# delimiter), a link or image, the < of raw HTML or of an autolink, the ! of a reference image.
+_MARKUP = re.compile(rf"\\[\s\S]|`+|{_LINK}|<|!(?=\[)")
+# They become entities, shown as themselves: a backslash escape would be taken into a bare URL right before it.
+_ENTITIES = {"<": "&lt;", "!": "&#33;"}
+# A bare URL, which the renderer links (GFM) up to the next space, backticks included: none opens a code span there.
+_BARE_URL = re.compile(r"(?:https?://|ftp://|www\.)\S*", re.IGNORECASE)
+# A lone surrogate (U+D800-U+DFFF), which a browser can send, has no UTF-8 form: the page's JSON cannot carry it back.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# Block structure only, with raw HTML off: what the Markdown view's renderer sees once safe_markdown has escaped it.
+_BLOCKS = MarkdownIt("commonmark", {"html": False})
+# A line break as Markdown counts them (not str.splitlines', which counts U+2028 and others too).
+_NEWLINE = re.compile(r"\r\n?|\n")
+# Any ASCII punctuation may be backslash-escaped in Markdown; escaped, it is shown as itself and never read as markup.
+_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 
 
 class Piece(NamedTuple):
@@ -30,6 +55,11 @@ class Piece(NamedTuple):
     kind: str
     text: str
     draft_pos: int | None
+
+
+def displayable(text: str) -> str:
+    """text as it can be sent back to the browser: each lone surrogate becomes U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def text_of(pieces: Iterable[Piece]) -> str:
@@ -93,6 +123,60 @@ def overlay_html(pieces: Sequence[Piece]) -> str:
         out.append(f'<pre class="sc-code"><code>{spans}</code></pre>' if is_code else spans)
     out.append("</div>")
     return "".join(out)
+
+
+@lru_cache(maxsize=256)  # a streamed update renders every message again; only the last one changes
+def safe_markdown(text: str) -> str:
+    """Message text for the Markdown view, which must load nothing from elsewhere: raw HTML (an <img>, a <form>, an
+    <iframe>) is escaped to show as text, an image becomes a link, and each link shows its target after it. Code
+    blocks and code spans are left as written.
+
+    Markdown read at the source is best effort against text crafted to be read two ways; the app's
+    Content-Security-Policy (ui/app.py) is what keeps the page from loading anything, whatever renders.
+    """
+    starts = [0, *(n.end() for n in _NEWLINE.finditer(text)), len(text)]  # where each line begins, then the end
+    out, pos = [], 0
+    for token in _BLOCKS.parse(text):
+        if token.type == "fence" and token.map is not None:
+            begin, end = starts[token.map[0]], starts[min(token.map[1], len(starts) - 1)]
+            out += [_escape_markup(text[pos:begin]), text[begin:end]]
+            pos = end
+    out.append(_escape_markup(text[pos:]))
+    return "".join(out)
+
+
+def _escape_markup(text: str) -> str:
+    """safe_markdown outside fenced code. A code span is taken to end on its own line, hold no '|' (a table's cell
+    border) and start outside a bare URL: where the renderer would see one all the same, its text is escaped too,
+    which shows an entity in the code at worst."""
+    urls = [(u.start(), u.end()) for u in _BARE_URL.finditer(text)]
+    out, pos = [], 0
+    while (m := _MARKUP.search(text, pos)) is not None:
+        out.append(text[pos : m.start()])
+        found, pos = m.group(), m.end()
+        if found[0] == "`":
+            closing = re.compile(rf"(?<!`){found}(?!`)").search(text, pos)
+            inside = text[pos : closing.start()] if closing is not None else "\n"
+            in_url = any(start < m.start() < end for start, end in urls)
+            if "\n" not in inside and "|" not in inside and not in_url:
+                found, pos = text[m.start() : closing.end()], closing.end()
+        elif found in _ENTITIES:
+            found = _ENTITIES[found]
+        elif found[0] != "\\":
+            found = _shown_link(m)
+        out.append(found)
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _shown_link(link: re.Match) -> str:
+    """The link as written, its target after it as text; an image as a link to it."""
+    bang, label, destination, title = link.group(1, 2, 3, 4)
+    url = destination.strip("<>")
+    shown = " (" + _PUNCTUATION.sub(r"\\\1", url) + ")" if url and url != label else ""
+    if bang:
+        label = f"image: {label}" if label else "image"
+    return f"[{_escape_markup(label)}]({destination}{title}){shown}"
 
 
 def legend_html() -> str:

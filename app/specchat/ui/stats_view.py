@@ -51,7 +51,8 @@ def stats_html(stats: Stats | None) -> str:
                 f"{stats.mean_accepted:.2f}",
                 "draft tokens accepted per target verify step",
             ),
-            _card("k", "draft length", str(stats.k), "draft tokens proposed in the latest step"),
+            # Not stats.k, the latest step's draft: the last steps draft only what max tokens leaves (0 at 1 left).
+            _card("k", "draft length", str(len(stats.drafted_by_pos)), "the longest draft proposed in a step"),
             _card("drafted", "drafted", str(stats.drafted)),
             _card("accepted", "accepted", str(stats.accepted)),
             _card("tokens", "tokens", str(stats.tokens)),
