@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -14,6 +16,7 @@ import pytest
 from openai import OpenAI
 
 from api.conftest import KEY
+from models.support import subprocess_env
 
 HAIKU = [{"role": "user", "content": "Write a haiku about the sea."}]
 PLAIN = {"speculative": {"mode": "plain"}}  # one decode per token: a greedy answer is the same every time
@@ -88,6 +91,27 @@ def test_a_chat_answer_carries_usage_and_llama_server_timings(client):
     assert 0 <= timings["prompt_n"] < answer.usage.prompt_tokens
     assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
     assert timings["mode"] == "auto" and timings["strategy"]  # the app's default, explaining itself
+
+
+def test_the_api_sends_the_model_what_specchat_generate_sends_it(client, tiny_model, tmp_path):
+    """Same template, system turn and BOS: a plain greedy answer (one decode per token, so the same every time) is
+    the same text through both. Auto and speculative answers may differ where batch shapes flip a near-tie."""
+    system, user = "You answer in one short sentence.", "What is the capital of France?"
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    api = chat(client, messages=messages, temperature=0, max_tokens=32, extra_body=PLAIN)
+    cli = subprocess.run(
+        [sys.executable, "-m", "specchat", "generate", "--target", str(tiny_model), "--threads", "1", "--chat"]
+        + ["--system", system, "--prompt", user, "--mode", "plain", "--temperature", "0", "--max-tokens", "32"]
+        + ["--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=subprocess_env(SPECCHAT_HOME=str(tmp_path), HF_HUB_OFFLINE="1"),
+    )
+    assert cli.returncode == 0, cli.stderr
+    out = json.loads(cli.stdout)
+    assert api.choices[0].message.content == out["text"] and out["text"].strip()
+    assert api.usage.completion_tokens == out["stats"]["tokens"]
 
 
 def test_streaming_gives_the_same_answer_in_chunks_with_timings_and_usage_last(client):
