@@ -27,7 +27,6 @@ from specchat.ui.overlay import (
     displayable,
     overlay_html,
     safe_markdown,
-    text_of,
 )
 from specchat.ui.settings import Settings, load_settings, save_settings, settings_path
 from specchat.ui.stats_view import acceptance_svg, stats_html
@@ -108,7 +107,7 @@ def test_code_blocks_become_pre_blocks_even_when_tokens_straddle_the_fences():
         Piece("corrected", "thon\nx = 1", 3),
         Piece("bonus", "\n```\nDone", 5),
     ]
-    text = text_of(pieces)
+    text = "".join(p.text for p in pieces)
     assert code_regions(text) == [(5, text.index("Done"))]
     markup = overlay_html(pieces)
     pre = markup[markup.index("<pre") : markup.index("</pre>")]

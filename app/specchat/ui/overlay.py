@@ -1,6 +1,7 @@
 """Token events -> HTML: the accepted/corrected overlay, its legend, and the clean Markdown view.
 
-Pure functions over plain data so the chat history can be re-rendered when the user flips the switch.
+Functions over plain data, so that the chat history can be re-rendered when the user flips the switch, and
+OverlayStream, which renders an answer's overlay as it streams, a few new tokens at a time.
 Token text comes from the model and is untrusted: every character goes through html.escape in the overlay, and the
 Markdown view gets it with its HTML and images made visible text (safe_markdown).
 """
@@ -63,10 +64,6 @@ class Piece(NamedTuple):
 def displayable(text: str) -> str:
     """text as it can be sent back to the browser: each lone surrogate becomes U+FFFD."""
     return _SURROGATE.sub("\ufffd", text)
-
-
-def text_of(pieces: Iterable[Piece]) -> str:
-    return "".join(p.text for p in pieces)
 
 
 def tooltip(kind: str, draft_pos: int | None) -> str:
