@@ -4,6 +4,7 @@ settings, the engine host's line and loading, and what a chat request does when 
 from __future__ import annotations
 
 import json
+import random
 import re
 import threading
 import time
@@ -18,7 +19,15 @@ from specchat.engine import BackendConfig, Engine, GenerationSettings, SamplingP
 from specchat.errors import SpecchatError
 from specchat.host import EngineHost
 from specchat.ui.app import SETTING_NAMES, ChatApp
-from specchat.ui.overlay import Piece, code_regions, displayable, overlay_html, safe_markdown, text_of
+from specchat.ui.overlay import (
+    KINDS,
+    OverlayStream,
+    Piece,
+    code_regions,
+    displayable,
+    overlay_html,
+    safe_markdown,
+)
 from specchat.ui.settings import Settings, load_settings, save_settings, settings_path
 from specchat.ui.stats_view import acceptance_svg, stats_html
 
@@ -98,7 +107,7 @@ def test_code_blocks_become_pre_blocks_even_when_tokens_straddle_the_fences():
         Piece("corrected", "thon\nx = 1", 3),
         Piece("bonus", "\n```\nDone", 5),
     ]
-    text = text_of(pieces)
+    text = "".join(p.text for p in pieces)
     assert code_regions(text) == [(5, text.index("Done"))]
     markup = overlay_html(pieces)
     pre = markup[markup.index("<pre") : markup.index("</pre>")]
@@ -110,6 +119,59 @@ def test_an_unclosed_code_block_runs_to_the_end_while_streaming():
     assert code_regions("a\n```js\nlet x") == [(2, 13)]
     assert code_regions("no fences") == []
     assert code_regions("```\na\n```\nb\n~~~~\nc\n~~~~") == [(0, 10), (12, 23)]
+
+
+def test_a_streamed_answer_renders_as_overlay_html_does_whatever_its_fences_do_later():
+    """Pieces arrive a few at a time, as from a streamed answer; what OverlayStream keeps from earlier updates must
+    never differ from rendering the whole answer again, whatever a later piece does to a fence (open, grow, close,
+    turn out not to close)."""
+    rng = random.Random(26)
+    texts = ["```", "`", "``", "~~~", "~", "\n", "\n\n", " ", "   ", "\t", "py", "a", "x = 1", "<&>", "````", ""]
+    for _ in range(2000):
+        pieces = [
+            Piece(rng.choice(KINDS), "".join(rng.choices(texts, k=rng.randint(0, 3))), rng.choice([None, 1, 2]))
+            for _ in range(rng.randint(1, 30))
+        ]
+        stream, shown = OverlayStream(), 0
+        while shown < len(pieces):
+            step = rng.randint(1, 4)
+            stream.extend(pieces[shown : shown + step])
+            shown += step
+            whole = overlay_html(pieces[:shown])
+            streamed = stream.html()
+            # While streaming, the closing tags at the end are left to the browser.
+            assert whole.startswith(streamed) and whole[len(streamed) :] in ("</div>", "</code></pre></div>")
+            if rng.random() < 0.3:
+                assert stream.html(final=True) == whole
+        assert stream.html(final=True) == overlay_html(pieces) and stream.pieces == pieces
+
+
+def test_each_update_of_an_answer_appends_to_the_last_unless_a_fence_changes_it():
+    """Gradio then sends the browser only what was appended."""
+    stream, shown = OverlayStream(), []
+    texts = [
+        "Hello",
+        ",",
+        " world",
+        "\n",
+        "",
+        "Next ",
+        "line",
+        "\n\n",
+        "``",
+        "`py",
+        "\n",
+        "x = 1",
+        "\n```",
+        "\n",
+        "end",
+    ]
+    for text in texts:
+        stream.extend([Piece("target", text, None)])
+        shown.append(stream.html())
+    changed = [texts[i] for i in range(1, len(shown)) if not shown[i].startswith(shown[i - 1])]
+    assert changed == ["`py"]  # the line becomes a fence: its code block starts before the "``" already shown
+    assert stream.html(final=True) == overlay_html(stream.pieces)
 
 
 def test_the_markdown_view_gets_raw_html_as_text_and_images_as_links_that_show_their_targets():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import html
 import os
+import queue
 import socket
 import sys
 import threading
@@ -15,6 +16,7 @@ import time
 import webbrowser
 from collections.abc import Iterator
 from dataclasses import fields, replace
+from functools import lru_cache
 from pathlib import Path
 
 import gradio as gr
@@ -23,14 +25,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from specchat import logs
 from specchat.api import serve
 from specchat.api.server import create_app
-from specchat.engine import MODES, BackendConfig, GenerationSettings, Stats
+from specchat.engine import MODES, BackendConfig, Engine, GenerationSettings, Stats, TokenEvent
 from specchat.errors import SpecchatError
 from specchat.host import EngineHost, Turn
 from specchat.launch import resolve_models
 from specchat.models import catalog
 from specchat.ui import compare_tab
 from specchat.ui.models_view import ModelsView, model_banner
-from specchat.ui.overlay import Piece, displayable, legend_html, overlay_html, safe_markdown, stylesheet, text_of
+from specchat.ui.overlay import OverlayStream, Piece, displayable, legend_html, safe_markdown, stylesheet
 from specchat.ui.settings import LIMITS, Settings, load_settings, save_settings
 from specchat.ui.stats_view import acceptance_svg, stats_html
 
@@ -41,7 +43,8 @@ MODE_LABELS = {
     "lookup": "Prompt lookup (no draft model)",
     "plain": "Plain (target only)",
 }
-# Streamed updates at most this often: each one re-sends the conversation, and the browser need not see every token.
+# How often a streamed answer updates the page: the browser need not see every token, and each update costs CPU time
+# in the server and the browser that llama.cpp's threads could use.
 UPDATE_INTERVAL_S = 0.08
 # How long a waiting request sleeps between looks at its place in line (and at the Stop button).
 WAIT_POLL_S = 0.25
@@ -184,17 +187,18 @@ def launch(
 # Rendering
 
 
+@lru_cache(maxsize=256)  # a streamed update shows every message again; only the answer being streamed changes
 def _user_html(text: str) -> str:
     return f'<div class="sc-user">{html.escape(displayable(text)).replace(chr(10), "<br>")}</div>'
 
 
 def overlay_messages(conv: list[dict]) -> list[dict]:
-    """The conversation for the overlay chat, which shows HTML as is: every model or user text is escaped."""
+    """The conversation for the overlay chat, which shows HTML as is: every model or user text is escaped.
+
+    An answer keeps its overlay HTML (rendered as it streamed, see OverlayStream), so that an update's cost does not
+    grow with the conversation."""
     return [
-        {
-            "role": m["role"],
-            "content": overlay_html(m["pieces"]) if m["role"] == "assistant" else _user_html(m["content"]),
-        }
+        {"role": m["role"], "content": m["html"] if m["role"] == "assistant" else _user_html(m["content"])}
         for m in conv
     ]
 
@@ -231,6 +235,60 @@ _FINISHED = {
     "stop": "Stopped at a stop string.",
     "closed": "Stopped.",
 }
+
+
+def _add(answer: dict, stream: OverlayStream, events: list[TokenEvent], final: bool) -> None:
+    """Adds the events' tokens to the answer being streamed, with its text and overlay HTML."""
+    stream.extend(Piece(ev.kind, ev.text, ev.draft_pos) for ev in events)
+    answer["content"] += "".join(ev.text for ev in events)
+    answer["html"] = stream.html(final)
+
+
+class Decoding:
+    """An answer's token loop in a thread of its own, so that decoding never waits for the page: the page takes the
+    events that arrived whenever it updates. However the loop ends (done, Stop, a closed tab, an error), the thread
+    closes it, then gives up the turn, so the next request in line starts before the page's last update."""
+
+    def __init__(self, turn: Turn, events: Iterator[TokenEvent], stop: threading.Event) -> None:
+        """stop: the tab's Stop button (set by a closed tab too)."""
+        self.ended = threading.Event()
+        self.stats: Stats | None = None  # once ended: the answer's
+        self.failure: Exception | None = None  # once ended: what broke the loop, if anything
+        self._events: queue.SimpleQueue[TokenEvent] = queue.SimpleQueue()
+        self._stop = stop
+        # Apart from stop, which the tab's next message clears: this loop must end even if that comes first.
+        self._cancelled = threading.Event()
+        threading.Thread(target=self._run, args=(turn, events), name="specchat-answer", daemon=True).start()
+
+    def _run(self, turn: Turn, events: Iterator[TokenEvent]) -> None:
+        stats = None
+        try:
+            for ev in events:
+                stats = ev.stats
+                self._events.put(ev)
+                if self._stop.is_set() or self._cancelled.is_set():
+                    break
+        except Exception as e:  # told by the page, with the answer so far
+            self.failure = e
+        finally:
+            events.close()
+            self.stats = stats or turn.engine.last_stats  # while the engine is still this answer's
+            turn.close()
+            self.ended.set()
+
+    def take(self) -> list[TokenEvent]:
+        """The events that arrived since the last take."""
+        taken = []
+        while True:
+            try:
+                taken.append(self._events.get_nowait())
+            except queue.Empty:
+                return taken
+
+    def cancel(self) -> None:
+        """End the loop at its next token (nothing, once it has ended). Returns at once: the page's side may be
+        closing the answer in Gradio's event loop, which must not wait for a token."""
+        self._cancelled.set()
 
 
 class ChatApp:
@@ -287,16 +345,15 @@ class ChatApp:
         stop = self._stop_event(request)
         stop.clear()
         try:
-            with self.host.turn(engine) as turn:
-                yield from self._answer(turn, message, conv, s, settings, stop)
-        except Exception as e:  # the turn is given up by now: the next request in line goes on
+            yield from self._answer(engine, message, conv, s, settings, stop)
+        except Exception as e:  # the turn is given up by now (or soon, by the decoding): the next request goes on
             yield _update(message, conv, s.overlay, "error", logs.unexpected(e, "Answering"))
         finally:
             self._busy.discard(session)
 
     def _answer(
         self,
-        turn: Turn,
+        engine: Engine | None,
         message: str,
         conv: list[dict],
         s: Settings,
@@ -307,6 +364,8 @@ class ChatApp:
         prompt = [*system, *({"role": m["role"], "content": m["content"]} for m in conv)]
         prompt.append({"role": "user", "content": message})
         asked = [*conv, {"role": "user", "content": message}]
+        turn = self.host.turn(engine)
+        decoding = None
         try:
             while (ahead := turn.wait(WAIT_POLL_S)) is not None:
                 if stop.is_set():
@@ -318,38 +377,34 @@ class ChatApp:
                     waiting = f"{ahead} request{'s' * (ahead != 1)} ahead" if ahead else "the engine is busy"
                     text = f"Waiting in line: {waiting}. This model answers one request at a time."
                 yield _update("", asked, s.overlay, "waiting", text)
-            engine = turn.engine
-            events = engine.chat(prompt, settings)
+            events = turn.engine.chat(prompt, settings)
+            decoding = Decoding(turn, events, stop)  # from here on, the decoding gives up the turn
         except Exception as e:
             turn.close()
             text = str(e) if isinstance(e, SpecchatError) else logs.unexpected(e, "Answering")
             yield _update(message, conv, s.overlay, "error", text)
             return
-        answer = {"role": "assistant", "content": "", "pieces": []}
+        finally:  # also when the page gives up while the request waits
+            if decoding is None:
+                turn.close()
+        stream = OverlayStream()
+        answer = {"role": "assistant", "content": "", "pieces": stream.pieces, "html": stream.html()}
         conv = [*asked, answer]
-        stats: Stats | None = None
-        failure = None
         try:
             yield _update("", conv, s.overlay, "generating", "Reading the prompt…")
             last = time.perf_counter()
-            for ev in events:
-                stats = ev.stats
-                answer["pieces"].append(Piece(ev.kind, ev.text, ev.draft_pos))
-                if stop.is_set():
-                    break
-                if time.perf_counter() - last >= UPDATE_INTERVAL_S:
-                    last = time.perf_counter()
-                    answer["content"] = text_of(answer["pieces"])
+            while not decoding.ended.wait(max(0.0, last + UPDATE_INTERVAL_S - time.perf_counter())):
+                last = time.perf_counter()
+                if new := decoding.take():
+                    _add(answer, stream, new, final=False)
+                    stats = new[-1].stats
                     yield _update("", conv, s.overlay, "generating", f"Generating… {stats.tokens} tokens", stats)
-        except Exception as e:  # the answer so far stays in the conversation, with the error under it
-            failure = logs.unexpected(e, "Answering")
-        finally:
-            events.close()
-            stats = stats or engine.last_stats  # while the engine is still this answer's
-            turn.close()  # before the last update: the next request in line need not wait for the browser
-        answer["content"] = text_of(answer["pieces"])
-        if failure is not None:
-            yield _update("", conv, s.overlay, "error", failure, stats)
+        finally:  # the page gave up on the answer (Clear, a closed tab), or an update failed: end the loop too
+            decoding.cancel()
+        _add(answer, stream, decoding.take(), final=True)
+        stats = decoding.stats
+        if decoding.failure is not None:  # the answer so far stays in the conversation, with the error under it
+            yield _update("", conv, s.overlay, "error", logs.unexpected(decoding.failure, "Answering"), stats)
             return
         finish = stats.finish_reason if stats is not None else "closed"
         state = "stopped" if finish == "closed" else "done"

@@ -1,15 +1,17 @@
 """Token events -> HTML: the accepted/corrected overlay, its legend, and the clean Markdown view.
 
-Pure functions over plain data so the chat history can be re-rendered when the user flips the switch.
+Functions over plain data, so that the chat history can be re-rendered when the user flips the switch, and
+OverlayStream, which renders an answer's overlay as it streams, a few new tokens at a time.
 Token text comes from the model and is untrusted: every character goes through html.escape in the overlay, and the
 Markdown view gets it with its HTML and images made visible text (safe_markdown).
 """
 
 from __future__ import annotations
 
+import bisect
 import html
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -37,6 +39,8 @@ _LINK = (
 _MARKUP = re.compile(rf"\\[\s\S]|`+|{_LINK}|<|!(?=\[)")
 # They become entities, shown as themselves: a backslash escape would be taken into a bare URL right before it.
 _ENTITIES = {"<": "&lt;", "!": "&#33;"}
+# The start of a line that is a code fence, or may still grow into one (see code_regions).
+_MAY_FENCE = re.compile(r" {0,3}(?:`{3,}|~{3,}|`{0,2}\Z|~{0,2}\Z)")
 # A bare URL, which the renderer links (GFM) up to the next space, backticks included: none opens a code span there.
 _BARE_URL = re.compile(r"(?:https?://|ftp://|www\.)\S*", re.IGNORECASE)
 # A lone surrogate (U+D800-U+DFFF), which a browser can send, has no UTF-8 form: the page's JSON cannot carry it back.
@@ -62,10 +66,6 @@ def displayable(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def text_of(pieces: Iterable[Piece]) -> str:
-    return "".join(p.text for p in pieces)
-
-
 def tooltip(kind: str, draft_pos: int | None) -> str:
     return LABELS[kind] if draft_pos is None else f"{LABELS[kind]} · draft position {draft_pos}"
 
@@ -89,6 +89,10 @@ def code_regions(text: str) -> list[tuple[int, int]]:
     return regions
 
 
+_CODE_START = '<pre class="sc-code"><code>'
+_CODE_END = "</code></pre>"
+
+
 def _span(piece: Piece, text: str) -> str:
     pos = "" if piece.draft_pos is None else f' data-pos="{piece.draft_pos}"'
     # Newlines become <br>: a literal blank line would end the HTML block inside the chat's Markdown renderer.
@@ -101,28 +105,82 @@ def _span(piece: Piece, text: str) -> str:
 
 def overlay_html(pieces: Sequence[Piece]) -> str:
     """One line of HTML: a span per token (colored by kind), code blocks kept as <pre> blocks."""
-    pieces = [p for p in pieces if p.text]
-    text = text_of(pieces)
-    bounds, offset = [], 0
-    for p in pieces:
-        bounds.append((offset, offset + len(p.text)))
-        offset += len(p.text)
-    cuts = [(0, False)]
-    for start, end in code_regions(text):
-        cuts += [(start, True), (end, False)]
-    cuts.append((len(text), False))
-    out = ['<div class="sc-overlay">']
-    for (start, is_code), (end, _) in zip(cuts, cuts[1:]):
-        if start >= end:
-            continue
-        spans = "".join(
-            _span(p, p.text[max(a, start) - a : min(b, end) - a])
-            for p, (a, b) in zip(pieces, bounds)
-            if a < end and b > start
-        )
-        out.append(f'<pre class="sc-code"><code>{spans}</code></pre>' if is_code else spans)
-    out.append("</div>")
-    return "".join(out)
+    stream = OverlayStream()
+    stream.extend(pieces)
+    return stream.html(final=True)
+
+
+class OverlayStream:
+    """overlay_html of an answer whose pieces arrive a few at a time, rendering only what is new: the cost of an
+    update does not grow with the answer (bar the joins of its text and HTML, and a regex scan for fences).
+
+    A piece's HTML depends on the code blocks around it, and those are decided by their fences' lines: while the last
+    line is, or may still grow into, a fence, it may still open a block, grow its fence or turn out not to close one.
+    So the HTML of every piece that ends before that line (and before the last piece, which may close a block at the
+    very end of the text) is final: it is kept, and only the pieces after it are rendered again.
+
+    While streaming, html() leaves off the closing tags at the end (the browser closes them), so that each update's
+    HTML is the previous one with text appended, unless a fence changed the latest line: Gradio then sends only what
+    was appended.
+    """
+
+    def __init__(self) -> None:
+        self.pieces: list[Piece] = []
+        self._shown: list[Piece] = []  # the pieces with text; empty ones (a split character's first bytes) add nothing
+        self._ends: list[int] = []  # where each shown piece ends in _text
+        self._text = ""
+        self._kept = '<div class="sc-overlay">'  # the final HTML of the first _n_kept shown pieces
+        self._n_kept = 0
+
+    def extend(self, pieces: Iterable[Piece]) -> None:
+        for p in pieces:
+            self.pieces.append(p)
+            if p.text:
+                self._shown.append(p)
+                self._text += p.text
+                self._ends.append(len(self._text))
+
+    def html(self, final: bool = False) -> str:
+        """The answer's HTML so far; final: with every tag closed, as overlay_html gives it."""
+        fragments = list(self._fragments())
+        last_line = self._text.rfind("\n") + 1
+        decided = len(self._text) if _MAY_FENCE.match(self._text, last_line) is None else last_line
+        done = min(bisect.bisect_right(self._ends, decided), len(self._shown) - 1)
+        if done > self._n_kept:
+            self._kept += "".join(html for piece, html in fragments if piece < done)
+            fragments = [(piece, html) for piece, html in fragments if piece >= done]
+            self._n_kept = done
+        tail = [html for _, html in fragments]
+        if final:
+            tail.append("</div>")
+        elif tail and tail[-1] == _CODE_END:
+            tail.pop()
+        return self._kept + "".join(tail)
+
+    def _fragments(self) -> Iterator[tuple[int, str]]:
+        """(index of the shown piece, HTML) from the first piece not kept on: the piece's spans, and a code block's
+        tags with the piece its fence starts or ends in."""
+        pieces, ends, text = self._shown, self._ends, self._text
+        i = self._n_kept
+        start_at = ends[i - 1] if i else 0
+        cuts = [(0, False)]
+        for start, end in code_regions(text):
+            cuts += [(start, True), (end, False)]
+        cuts.append((len(text), False))
+        for (start, is_code), (end, _) in zip(cuts, cuts[1:]):
+            if start >= end or end <= start_at:
+                continue
+            if is_code and start >= start_at:
+                yield i, _CODE_START
+            last = i
+            while i < len(pieces) and (a := ends[i] - len(pieces[i].text)) < end:
+                last = i
+                yield i, _span(pieces[i], pieces[i].text[max(a, start) - a : min(ends[i], end) - a])
+                if ends[i] > end:  # the piece goes on in the next region
+                    break
+                i += 1
+            if is_code:
+                yield last, _CODE_END
 
 
 @lru_cache(maxsize=256)  # a streamed update renders every message again; only the last one changes
