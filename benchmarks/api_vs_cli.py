@@ -10,7 +10,7 @@ the table gives their medians. The suite's prompts of one user turn (with or wit
 `generate --chat` takes one prompt.
 
     python benchmarks/api_vs_cli.py --target T.gguf [--draft D.gguf] [--modes plain,auto] [--max-tokens 256]
-        [--repeats 3] [--categories qa,code_editing] [--threads N] [--out api_vs_cli.json]
+        [--repeats 3] [--categories qa,code_editing] [--ids qa-1,code_editing-2] [--threads N] [--out api_vs_cli.json]
 
 Run it on a quiet machine: anything else running moves both sides' rates.
 """
@@ -44,6 +44,7 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--categories", help="comma-separated suite categories (default: all)")
+    p.add_argument("--ids", help="comma-separated suite prompt ids, of those categories (default: all)")
     p.add_argument("--threads", type=int, help="CPU threads for both (default: all cores)")
     p.add_argument("--out", default="api_vs_cli.json")
     args = p.parse_args()
@@ -53,6 +54,7 @@ def main() -> int:
         item
         for item in load_suite(BUILTIN, args.categories.split(",") if args.categories else None)
         if [m["role"] for m in item.messages] in (["user"], ["system", "user"])
+        and (not args.ids or item.id in args.ids.split(","))
     ]
     modes = args.modes.split(",")
     env = {**os.environ, "PYTHONPATH": str(REPO / "app")}  # both sides run this checkout's specchat
