@@ -98,7 +98,7 @@ def chosen_models(args: argparse.Namespace) -> tuple[Path, Path | None] | None:
     """The models named on the command line, else the installed default pair, else None (open the models view)."""
     if args.pair or args.target or args.draft:
         return resolve_models(args)
-    return catalog.installed_default_pair()
+    return catalog.installed_default_pair(catalog.load_catalog_or_shipped()[0])
 
 
 def backend_config(settings: Settings, n_ctx: int) -> BackendConfig:
