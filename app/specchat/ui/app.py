@@ -25,7 +25,7 @@ from specchat.api import serve
 from specchat.api.server import create_app
 from specchat.engine import MODES, BackendConfig, GenerationSettings, Stats
 from specchat.errors import SpecchatError
-from specchat.host import EngineHost, Turn
+from specchat.host import WAIT_POLL_S, EngineHost, Turn
 from specchat.launch import resolve_models
 from specchat.models import catalog
 from specchat.ui import compare_tab
@@ -43,8 +43,6 @@ MODE_LABELS = {
 }
 # Streamed updates at most this often: each one re-sends the conversation, and the browser need not see every token.
 UPDATE_INTERVAL_S = 0.08
-# How long a waiting request sleeps between looks at its place in line (and at the Stop button).
-WAIT_POLL_S = 0.25
 AUTH_ENV = "SPECCHAT_AUTH"
 # Where the page may load from, post to and connect to: its own server. Whatever a model's answer holds, and however
 # it renders, the browser then fetches nothing from elsewhere (an image's URL can carry conversation text out).
@@ -312,12 +310,7 @@ class ChatApp:
                 if stop.is_set():
                     yield _update(message, conv, s.overlay, "stopped", "Stopped before the answer started.")
                     return
-                if self.host.status().state == "loading":
-                    text = "Waiting for the model to load…"
-                else:
-                    waiting = f"{ahead} request{'s' * (ahead != 1)} ahead" if ahead else "the engine is busy"
-                    text = f"Waiting in line: {waiting}. This model answers one request at a time."
-                yield _update("", asked, s.overlay, "waiting", text)
+                yield _update("", asked, s.overlay, "waiting", turn.waiting(ahead))
             engine = turn.engine
             events = engine.chat(prompt, settings)
         except Exception as e:
@@ -463,7 +456,7 @@ def build_app(
                             controls["overlay"] = overlay_switch
                             reload = gr.Button("Reload the model with these threads / GPU layers", size="sm")
             with gr.Tab("Compare", id="compare"):
-                compare_tab.build(host.get_engine)
+                compare_tab.build(host)
             with gr.Tab("Models", id="models"):
                 models = ModelsView(host, n_ctx, file_actions)
                 models.build(controls["threads"], controls["gpu_layers"], banner, pair)
