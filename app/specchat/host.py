@@ -69,7 +69,7 @@ class EngineHost:
             copy_dir = None if self.draft_as_is else cache_dir()
             engine = Engine.load(target, draft, config, copy_dir, self._progress, cache_dir())
             # auto mode (the default) needs this machine's costs: measure them now, not in the first answer.
-            engine.calibration(lambda: self._progress("Timing the models on this machine for auto mode (once)…"))
+            engine.calibration()
         except Exception as e:  # a load thread that died silently would leave the app "loading" forever
             if engine is not None:
                 engine.close()
