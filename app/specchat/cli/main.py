@@ -61,7 +61,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     draft = draft if args.mode != "plain" else None
     engine = load_engine(args, target, draft)
     if args.mode == "auto":
-        engine.calibration()  # before the answer, so that its first tokens do not wait (load_engine shows progress)
+        engine.calibration()  # before the answer, not in its first step; load_engine gave it print_progress
     if args.chat:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
             {"role": "user", "content": prompt}
