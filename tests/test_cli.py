@@ -82,7 +82,10 @@ def test_generate_drafts_with_a_cpu_copy_of_the_draft_made_once(tiny_model, tmp_
     ]
     first = specchat(*args, env={"SPECCHAT_HOME": str(home)})
     assert first.returncode == 0, first.stderr
-    assert first.stderr == "Making a Q4_0 copy of the draft for this CPU and timing it (once)…\n"
+    assert first.stderr.splitlines() == [
+        "Making a Q4_0 copy of the draft for this CPU (once)…",
+        "Timing the draft against its Q4_0 copy (once)…",
+    ]
     assert json.loads(first.stdout)["stats"]["drafted"] > 0
     (choice,) = (home / "cache").glob("draft-choice-*.json")
     used = json.loads(choice.read_text())["path"]
@@ -90,6 +93,22 @@ def test_generate_drafts_with_a_cpu_copy_of_the_draft_made_once(tiny_model, tmp_
     assert list((home / "cache").glob("*.q4_0.gguf")) == ([Path(used)] if used != str(tiny_model) else [])
     again = specchat(*args, env={"SPECCHAT_HOME": str(home)})
     assert again.returncode == 0 and again.stderr == ""  # measured once, per machine
+
+
+def test_a_first_auto_run_shows_its_calibration_round_by_round(tiny_model, tmp_path):
+    from specchat.engine.calibration import ROUNDS
+
+    home = str(tmp_path / "home")
+    args = ["generate", "--target", str(tiny_model), "--draft", str(tiny_model), "--draft-as-is", "--mode", "auto"]
+    args += ["--max-tokens", "4", "--prompt", "The capital of France is", "--json"]
+    first = specchat(*args, env={"SPECCHAT_HOME": home})
+    assert first.returncode == 0, first.stderr
+    lines = first.stderr.splitlines()
+    assert all(line.startswith("Timing the models on this machine for auto mode (once): ") for line in lines), lines
+    assert "reading a" in lines[0] and len(lines) == 1 + ROUNDS
+    assert [f"round {i} of {ROUNDS}," in line for i, line in enumerate(lines[1:], 1)] == [True] * ROUNDS, lines
+    again = specchat(*args, env={"SPECCHAT_HOME": home})
+    assert again.returncode == 0 and again.stderr == ""  # kept: measured once per machine and setup
 
 
 def test_generate_streams_plain_text_and_reads_stdin(tiny_model):

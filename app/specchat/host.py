@@ -13,6 +13,9 @@ from specchat.engine import BackendConfig, Engine
 from specchat.errors import SpecchatError
 from specchat.models.catalog import cache_dir
 
+# How long a page's request waiting in line sleeps between looks at its place (and at its Stop button).
+WAIT_POLL_S = 0.25
+
 
 @dataclass(frozen=True)
 class HostStatus:
@@ -35,9 +38,6 @@ class EngineHost:
         self._guard = threading.Lock()  # guards engine and _status
         self._line: list[object] = []  # chat requests in arrival order; the first one holds the turn
         self._line_changed = threading.Condition()
-
-    def get_engine(self) -> Engine | None:
-        return self.engine
 
     def status(self) -> HostStatus:
         with self._guard:
@@ -69,7 +69,7 @@ class EngineHost:
             copy_dir = None if self.draft_as_is else cache_dir()
             engine = Engine.load(target, draft, config, copy_dir, self._progress, cache_dir())
             # auto mode (the default) needs this machine's costs: measure them now, not in the first answer.
-            engine.calibration(lambda: self._progress("Timing the models on this machine for auto mode (once)…"))
+            engine.calibration()
         except Exception as e:  # a load thread that died silently would leave the app "loading" forever
             if engine is not None:
                 engine.close()
@@ -182,6 +182,13 @@ class Turn:
         if self.host.engine is not self.engine:
             raise SpecchatError("the model was changed while this request waited; send it again")
         return None
+
+    def waiting(self, ahead: int) -> str:
+        """What a page tells its user while wait() says ahead."""
+        if self.host.status().state == "loading":
+            return "Waiting for the model to load…"
+        waiting = f"{ahead} request{'s' * (ahead != 1)} ahead" if ahead else "the engine is busy"
+        return f"Waiting in line: {waiting}. This model answers one request at a time."
 
     def close(self) -> None:
         """Free the engine, then the place in line: the next request starts at once. Safe to call again."""

@@ -16,6 +16,7 @@ import pytest
 from openai import OpenAI
 
 from api.conftest import KEY
+from helpers import serving
 from models.support import subprocess_env
 
 HAIKU = [{"role": "user", "content": "Write a haiku about the sea."}]
@@ -304,3 +305,15 @@ def test_a_client_that_leaves_while_waiting_in_line_leaves_the_line(client, api_
         wait_for_line(api_server, 1)  # ... and it left the line while the first answer still streams
     wait_for_log(api_server, "chat: the client went away while waiting in line")
     wait_for_line(api_server, 0)
+
+
+def test_serve_starts_with_the_models_given_whatever_the_user_catalog_holds(tmp_path, tiny_model):
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "models.toml").write_text("[pairs.mine\n")  # not TOML
+    args = ["--target", str(tiny_model), "--threads", "1", "--n-ctx", "512"]
+    for server in serving(tmp_path, ["serve"], args, {"HF_HUB_OFFLINE": "1"}, ready="/health"):
+        status, models = raw(server, "/v1/models", key=None)
+        assert status == 200 and [m["id"] for m in models["data"]] == [tiny_model.stem]  # named after the file
+        body = json.dumps({**COUNT_ON, "max_tokens": 4, "speculative": {"mode": "plain"}}).encode()
+        status, answer = raw(server, "/v1/completions", body, key=None)
+        assert status == 200 and answer["usage"]["completion_tokens"] == 4

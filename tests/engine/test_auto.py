@@ -8,7 +8,7 @@ import pytest
 
 from helpers import DESIGN_R
 from specchat.engine import DEFAULT_POLICY, Engine, GenerationSettings, VerifyStep
-from specchat.engine.calibration import BATCH_SIZES, K_LONG, K_MAX, Calibration, load_or_measure
+from specchat.engine.calibration import BATCH_SIZES, K_LONG, K_MAX, ROUNDS, Calibration, load_or_measure
 
 CODE = "def area(w, h):\n    result = w * h\n    return result\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
 EDIT = [{"role": "user", "content": f"Rename the variable result to out in this code:\n{CODE}"}]
@@ -45,6 +45,27 @@ def test_calibration_measures_once_and_is_cached(tiny):
     assert again == cal and files[0].stat().st_mtime_ns == stamp
     # Another setup (no draft) is another key, measured anew.
     assert load_or_measure(tiny.target, None, tiny.cache_dir).key != cal.key
+
+
+def test_a_first_calibration_says_what_it_measures_in_order(tiny_model, tmp_path):
+    heard: list[str] = []
+    engine = Engine.load(tiny_model, tiny_model, on_progress=heard.append, cache_dir=tmp_path)
+    try:
+        cal = engine.calibration()
+    finally:
+        engine.close()
+    assert sorted(cal.r) == list(BATCH_SIZES) and cal.c is not None
+    prefix = "Timing the models on this machine for auto mode (once): "
+    assert all(m.startswith(prefix) and m.endswith("…") for m in heard), heard
+    steps = [m.removeprefix(prefix) for m in heard]
+    assert steps[0].startswith("reading a ") and len(steps) == 1 + ROUNDS
+    assert [s.split(",")[0] for s in steps[1:]] == [f"round {i} of {ROUNDS}" for i in range(1, ROUNDS + 1)]
+    heard.clear()
+    engine = Engine.load(tiny_model, tiny_model, on_progress=heard.append, cache_dir=tmp_path)
+    try:
+        assert engine.calibration() == cal and heard == []  # the cached one: nothing to wait for
+    finally:
+        engine.close()
 
 
 STORY = [{"role": "user", "content": "Tell a short story about rain."}]

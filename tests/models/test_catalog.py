@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import platformdirs
@@ -13,7 +15,7 @@ import pytest
 from specchat.errors import NotGGUFError, SpecchatError
 from specchat.models import catalog as cat
 
-from .support import REPO_ROOT, run_cli, write_catalog
+from .support import REPO_ROOT, run_cli, subprocess_env, write_catalog
 
 REQUIRED_PAIRS = {"qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b", "qwen2.5-coder-1.5b", "qwen2.5-coder-7b"}
 REQUIRED_PAIRS |= {"llama-3.2-3b", "llama-3.1-8b", "gemma-3-4b"}
@@ -171,6 +173,18 @@ def test_a_broken_user_catalog_stops_no_one_who_gives_files(tmp_path: Path, smol
     # A name needs the catalog, which says what is wrong with it.
     with pytest.raises(cat.CatalogError, match="is not valid TOML"):
         cat.resolve_model("qwen2.5-0.5b-instruct")
+    # The app lists the shipped catalog meanwhile, and says why.
+    shipped, unusable = cat.load_catalog_or_shipped()
+    assert REQUIRED_PAIRS <= set(shipped.pairs)
+    assert str(cat.user_catalog_path()) in unusable and "is not valid TOML" in unusable and "\n" not in unusable
+
+
+def test_models_list_with_a_broken_user_catalog_is_one_line(specchat_home: Path):
+    path = write_catalog(cat.user_catalog_path(), "this is [not toml\n")
+    env = subprocess_env(SPECCHAT_HOME=str(specchat_home))
+    done = subprocess.run([sys.executable, "-m", "specchat", "models", "list"], env=env, capture_output=True, text=True)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith(f"error: {path} is not valid TOML") and done.stderr.count("\n") == 1, done.stderr
 
 
 def test_resolve_pair_names_the_download_command():

@@ -1,13 +1,18 @@
-"""How `specchat ui` serves: a message sent while the model loads, and a page served beyond this machine (with a login,
-or without one and without the Models tab's file actions)."""
+"""How `specchat ui` serves: a message sent while the model loads, a broken user catalog, and a page served beyond this
+machine (with a login, or without one and without the Models tab's file actions)."""
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import socket
+from pathlib import Path
 
 import pytest
-from test_chat_app import RECORDER, send, settle, user_messages
+from test_chat_app import RECORDER, open_chat, send, settle, user_messages
+
+from helpers import serving
+from ui.conftest import START_SETTINGS
 
 pytestmark = pytest.mark.browser
 # The Models tab's actions on the server's files: Gradio names their events after the handlers.
@@ -28,6 +33,29 @@ def test_a_message_sent_while_the_model_loads_waits_and_is_answered(loading_serv
     assert settle(page, mark, timeout=300_000)[-1][0] == "done"
     page.wait_for_selector('#sc-model .sc-model[data-state="ready"]')
     assert banner.inner_text().startswith("Ready: ")
+
+
+def test_a_broken_user_catalog_leaves_the_app_serving_the_models_it_was_given(tmp_path, tiny_model, new_page):
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "ui_settings.json").write_text(json.dumps({**START_SETTINGS, "max_tokens": 8}))
+    (config / "models.toml").write_text("[pairs.mine\ntarget = 'x'\n")  # an unclosed table header
+    args = ["--target", str(tiny_model), "--draft", str(tiny_model), "--draft-as-is", "--threads", "1"]
+    server = next(starting := serving(tmp_path, ["ui", "--no-browser"], args, {"HF_HUB_OFFLINE": "1"}))
+    try:
+        page = open_chat(new_page, server.url)
+        assert settle(page, send(page, "Say hello."))[-1][0] == "done"
+        page.get_by_role("tab", name="Models").click()
+        note = page.locator("#sc-catalog-error")
+        note.wait_for()
+        assert str(config / "models.toml") in note.inner_text() and "is not valid TOML" in note.inner_text()
+        from specchat.models import catalog
+
+        shipped = catalog.load_catalog(Path(catalog.shipped_catalog()[0]))
+        rows = page.locator("#sc-pairs tr[data-pair]").evaluate_all("els => els.map(e => e.dataset.pair)")
+        assert rows == list(shipped.pairs)
+    finally:
+        starting.close()
 
 
 def own_address() -> str:

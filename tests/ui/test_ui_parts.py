@@ -16,6 +16,7 @@ import pytest
 
 from specchat import logs
 from specchat.engine import BackendConfig, Engine, GenerationSettings, SamplingParams, Stats
+from specchat.engine.calibration import ROUNDS
 from specchat.errors import SpecchatError
 from specchat.host import EngineHost
 from specchat.ui.app import SETTING_NAMES, ChatApp
@@ -328,7 +329,9 @@ def test_loading_reports_ready_or_the_reason(tiny_model, qwen_pair, tmp_path, mo
     # The CPU copy of the draft and auto mode's timing of this machine are part of loading, said while they run,
     # and kept for the next load; the banner says when the copy drafts.
     assert any(m.startswith("Making a Q4_0 copy of the draft") for m in messages), messages
-    assert any(m.startswith("Timing the models") for m in messages), messages
+    timing = [m.split(": ", 1)[1] for m in messages if m.startswith("Timing the models on this machine")]
+    assert timing[0].startswith("reading a sample text"), messages  # then each round, in order
+    assert [m.split(",")[0] for m in timing[1:]] == [f"round {i} of {ROUNDS}" for i in range(1, ROUNDS + 1)], messages
     assert ("re-quantized for this CPU" in status.message) == (host.engine.draft.path != tiny_model)
     (calibration,) = (tmp_path / "cache").glob("calibration-*.json")
     stamp = calibration.stat().st_mtime_ns

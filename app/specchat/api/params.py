@@ -54,9 +54,11 @@ class ApiError(Exception):
         code: str | None = None,
         status: int = 400,
         type: str = "invalid_request_error",
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
         self.message, self.param, self.code, self.status, self.type = message, param, code, status, type
+        self.headers = headers
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}

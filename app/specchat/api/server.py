@@ -30,6 +30,8 @@ _UNAVAILABLE = {
     "loading": "the model is still loading; try again when GET /health says ok",
 }
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+# On a 503 while the model loads: when to ask again, in seconds (RFC 9110), so that clients wait rather than fail.
+_RETRY_WHILE_LOADING = {"Retry-After": "1"}
 
 
 def create_app(host: EngineHost, api_key: str | None = None) -> FastAPI:
@@ -49,7 +51,7 @@ def create_app(host: EngineHost, api_key: str | None = None) -> FastAPI:
 
 async def _error_response(_request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, ApiError)
-    return JSONResponse(error.body(), status_code=error.status)
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
 def _bearer(key: str):
@@ -80,7 +82,8 @@ class Api:
             "message": status.message,
             "requests_in_line": self.host.in_line(),
         }
-        return JSONResponse(body, status_code=200 if status.state == "ready" else 503)
+        headers = _RETRY_WHILE_LOADING if status.state == "loading" else None
+        return JSONResponse(body, status_code=200 if status.state == "ready" else 503, headers=headers)
 
     async def models(self) -> dict:
         """The pair served (or loading), named as `specchat models list` names it."""
@@ -119,7 +122,8 @@ class Api:
         if engine is None:
             status = self.host.status()
             message = _UNAVAILABLE.get(status.state, status.message)
-            raise ApiError(message, code=f"model_{status.state}", status=503, type="server_error")
+            headers = _RETRY_WHILE_LOADING if status.state == "loading" else None
+            raise ApiError(message, code=f"model_{status.state}", status=503, type="server_error", headers=headers)
         return engine
 
     def names(self) -> tuple[str, str | None, str | None] | None:

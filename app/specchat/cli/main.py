@@ -41,7 +41,7 @@ def _generate_parser(sub) -> None:
 def cmd_generate(args: argparse.Namespace) -> int:
     from specchat.engine import GenerationSettings, SamplingParams
     from specchat.engine.text import check_text
-    from specchat.launch import load_engine, print_progress, resolve_models
+    from specchat.launch import load_engine, resolve_models
 
     try:
         prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
@@ -61,7 +61,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     draft = draft if args.mode != "plain" else None
     engine = load_engine(args, target, draft)
     if args.mode == "auto":
-        engine.calibration(lambda: print_progress("auto: timing this machine's decoding (once per setup)…"))
+        engine.calibration()  # before the answer, not in its first step; load_engine gave it print_progress
     if args.chat:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
             {"role": "user", "content": prompt}

@@ -23,6 +23,10 @@ K_MAX = 15
 # more a token (31 tokens: 0.34), so no draft length there is measured or chosen.
 K_LONG = 31
 BATCH_SIZES = (*range(2, K_MAX + 2), K_LONG + 1)
+# Timing rounds, each value their median. A fourth round costs one round's seconds once per setup and pays: draft
+# lengths chosen from 4 rounds lost half or less of the expected speedup that 3 rounds' lost (docs/performance.md,
+# "A first load").
+ROUNDS = 4
 TIMING_TEXT = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n" * 4
 
 
@@ -76,12 +80,24 @@ def decode_seconds(model: LlamaModel, tokens: list[int]) -> float:
     return elapsed
 
 
-def measure(target: LlamaModel, draft: LlamaModel | None, rounds: int = 4) -> Calibration:
+def measure(
+    target: LlamaModel,
+    draft: LlamaModel | None,
+    rounds: int = ROUNDS,
+    on_progress: Callable[[str], None] | None = None,
+) -> Calibration:
     """Each round times a target step, a draft step and every batch size back to back, and each ratio is the median
     over rounds: the machine's speed drifts with other work, so only times taken together make sound ratios (and
-    batches of mixed sizes, as in real decoding, not the same batch over and over)."""
+    batches of mixed sizes, as in real decoding, not the same batch over and over). on_progress hears what is being
+    measured, once before the rounds and once a round."""
+
+    def say(step: str) -> None:
+        if on_progress is not None:
+            on_progress(f"Timing the models on this machine for auto mode (once): {step}…")
+
     context = target.tokenize(TIMING_TEXT)
     probe = context[: K_LONG + 1]
+    say(f"reading a sample text of {len(context)} tokens")
     for model in (target, draft):
         if model is not None:
             model.eval_prefix(context)
@@ -89,7 +105,8 @@ def measure(target: LlamaModel, draft: LlamaModel | None, rounds: int = 4) -> Ca
     t1s: list[float] = []
     cs: list[float] = []
     ratios: dict[int, list[float]] = {n: [] for n in BATCH_SIZES}
-    for _ in range(rounds):
+    for i in range(rounds):
+        say(f"round {i + 1} of {rounds}, target batches of 1-{K_MAX + 1} and {K_LONG + 1} tokens")
         t1 = decode_seconds(target, probe[:1])
         t1s.append(t1)
         if draft is not None:
@@ -109,9 +126,9 @@ def load_or_measure(
     target: LlamaModel,
     draft: LlamaModel | None,
     cache_dir: Path | None,
-    on_measure: Callable[[], None] | None = None,
+    on_progress: Callable[[str], None] | None = None,
 ) -> Calibration:
-    """The cached calibration for this setup, else a new measurement (on_measure is told first: it takes seconds)."""
+    """The cached calibration for this setup, else a new measurement, which on_progress hears of (it takes seconds)."""
     key = setup_key(target, draft)
     path = cache_dir / f"calibration-{key}.json" if cache_dir is not None else None
     if path is not None and path.is_file():
@@ -121,9 +138,7 @@ def load_or_measure(
                 return cal
         except (ValueError, KeyError):
             pass  # an unreadable cache is measured again
-    if on_measure is not None:
-        on_measure()
-    cal = measure(target, draft)
+    cal = measure(target, draft, on_progress=on_progress)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(cal.to_json())

@@ -84,11 +84,11 @@ def choose_draft(
             return choice
     except (OSError, ValueError, KeyError, TypeError):
         pass  # none yet, or unreadable, or its copy was deleted: measure again
-    if on_progress is not None:
-        on_progress(f"Making a {COPY_TYPE} copy of the draft for this CPU and timing it (once)…")
-    n_threads = config.threads[0]
+    say = on_progress or (lambda _: None)
     if not copy.is_file():
-        quantize(draft, copy, n_threads)
+        say(f"Making a {COPY_TYPE} copy of the draft for this CPU (once)…")
+        quantize(draft, copy, config.threads[0])
+    say(f"Timing the draft against its {COPY_TYPE} copy (once)…")
     models = [LlamaModel(draft, config), LlamaModel(copy, config)]
     try:
         file_s, copy_s = token_seconds(models)

@@ -92,6 +92,7 @@ class Engine:
         self._auto: AutoDrafter | None = None  # auto mode's learning, kept for the conversation it came from
         self._auto_prompt: list[int] = []
         self.draft_note: str | None = None  # how the draft runs, when Engine.load chose between it and a CPU copy
+        self.on_progress: Callable[[str], None] | None = None  # hears of first-run work: calibrating
 
     @classmethod
     def load(
@@ -106,8 +107,8 @@ class Engine:
     ) -> Engine:
         """cpu_copy_dir: where a copy of the draft re-quantized for the CPU may be made and kept, to draft with
         when it measures faster (draft_copy.py); None, or a draft on the GPU: the draft file as it is.
-        on_progress hears of that work, which takes seconds the first time. cache_dir: where auto mode's
-        calibration of this machine is kept (None: measured again by each process)."""
+        on_progress hears of that work, which takes seconds the first time, and later of calibration's. cache_dir:
+        where auto mode's calibration of this machine is kept (None: measured again by each process)."""
         note = None
         if draft_path is not None:
             compat = check_pair(target_path, draft_path)  # headers only: refuse before loading weights
@@ -127,6 +128,7 @@ class Engine:
         engine = cls(target, draft, policy)
         engine.draft_note = note
         engine.cache_dir = cache_dir
+        engine.on_progress = on_progress
         return engine
 
     def close(self) -> None:
@@ -156,13 +158,11 @@ class Engine:
 
     # The loop
 
-    def calibration(self, on_measure: Callable[[], None] | None = None) -> Calibration:
-        """This machine's costs for this pair (measured once, then read from cache_dir).
-
-        on_measure is called before a measurement, which takes some seconds (not when the cache has one).
-        """
+    def calibration(self) -> Calibration:
+        """This machine's costs for this pair (measured once, then read from cache_dir); on_progress hears how a
+        measurement goes, which takes seconds (not when the cache has one)."""
         if self._calibration is None:  # measuring decodes: callers sharing the engine hold `lock`, as to generate
-            self._calibration = load_or_measure(self.target, self.draft, self.cache_dir, on_measure)
+            self._calibration = load_or_measure(self.target, self.draft, self.cache_dir, self.on_progress)
         return self._calibration
 
     def drafter(self, mode: str, prompt: Sequence[int] = ()) -> Drafter:

@@ -184,19 +184,19 @@ def _read_file(path: Path) -> tuple[str, str]:
         raise CatalogError(f"cannot read catalog file {path} ({e}); check the file") from None
 
 
-def load_catalog(path: str | Path | None = None) -> Catalog:
+def load_catalog(path: str | Path | None = None, shipped_only: bool = False) -> Catalog:
     """The catalog in effect.
 
     `path` (or SPECCHAT_CATALOG) replaces the shipped catalog and the user's; otherwise the user catalog in the config
-    folder is laid over the shipped one, entry by entry.
+    folder is laid over the shipped one, entry by entry. shipped_only: the shipped catalog alone.
     """
     replacement = path or os.environ.get("SPECCHAT_CATALOG")
-    if replacement:
+    if replacement and not shipped_only:
         layers = [_read_file(Path(replacement).expanduser())]
     else:
         layers = [shipped_catalog()]
         user = user_catalog_path()
-        if user.is_file():
+        if user.is_file() and not shipped_only:
             layers.append(_read_file(user))
 
     raw_pairs: dict[str, tuple[str, Any]] = {}
@@ -219,6 +219,18 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     if not isinstance(name, str) or name not in pairs:
         raise CatalogError(f"{where}: default_pair {name!r} is not one of the catalog's pairs; name an existing pair")
     return Catalog(pairs=pairs, models=models, default=name, sources=sources)
+
+
+def load_catalog_or_shipped() -> tuple[Catalog, str | None]:
+    """The catalog in effect and None, or, when the user's catalog file cannot be used, the shipped catalog alone and
+    why: for the app, which must start and serve the models it was given whatever that file holds."""
+    try:
+        return load_catalog(), None
+    except CatalogError as e:
+        try:
+            return load_catalog(shipped_only=True), str(e)
+        except CatalogError:  # not the user's catalog (local_models.toml, say): the first reason is the one to fix
+            raise e from None
 
 
 def _check_keys(kind: str, name: str, where: str, entry: Any, known: set[str]) -> None:

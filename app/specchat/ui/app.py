@@ -27,7 +27,7 @@ from specchat.api import serve
 from specchat.api.server import create_app
 from specchat.engine import MODES, BackendConfig, Engine, GenerationSettings, Stats, TokenEvent
 from specchat.errors import SpecchatError
-from specchat.host import EngineHost, Turn
+from specchat.host import WAIT_POLL_S, EngineHost, Turn
 from specchat.launch import resolve_models
 from specchat.models import catalog
 from specchat.ui import compare_tab
@@ -46,8 +46,6 @@ MODE_LABELS = {
 # How often a streamed answer updates the page: the browser need not see every token, and each update costs CPU time
 # in the server and the browser that llama.cpp's threads could use.
 UPDATE_INTERVAL_S = 0.08
-# How long a waiting request sleeps between looks at its place in line (and at the Stop button).
-WAIT_POLL_S = 0.25
 AUTH_ENV = "SPECCHAT_AUTH"
 # Where the page may load from, post to and connect to: its own server. Whatever a model's answer holds, and however
 # it renders, the browser then fetches nothing from elsewhere (an image's URL can carry conversation text out).
@@ -101,7 +99,7 @@ def chosen_models(args: argparse.Namespace) -> tuple[Path, Path | None] | None:
     """The models named on the command line, else the installed default pair, else None (open the models view)."""
     if args.pair or args.target or args.draft:
         return resolve_models(args)
-    return catalog.installed_default_pair()
+    return catalog.installed_default_pair(catalog.load_catalog_or_shipped()[0])
 
 
 def backend_config(settings: Settings, n_ctx: int) -> BackendConfig:
@@ -371,12 +369,7 @@ class ChatApp:
                 if stop.is_set():
                     yield _update(message, conv, s.overlay, "stopped", "Stopped before the answer started.")
                     return
-                if self.host.status().state == "loading":
-                    text = "Waiting for the model to load…"
-                else:
-                    waiting = f"{ahead} request{'s' * (ahead != 1)} ahead" if ahead else "the engine is busy"
-                    text = f"Waiting in line: {waiting}. This model answers one request at a time."
-                yield _update("", asked, s.overlay, "waiting", text)
+                yield _update("", asked, s.overlay, "waiting", turn.waiting(ahead))
             events = turn.engine.chat(prompt, settings)
             decoding = Decoding(turn, events, stop)  # from here on, the decoding gives up the turn
         except Exception as e:
@@ -518,7 +511,7 @@ def build_app(
                             controls["overlay"] = overlay_switch
                             reload = gr.Button("Reload the model with these threads / GPU layers", size="sm")
             with gr.Tab("Compare", id="compare"):
-                compare_tab.build(host.get_engine)
+                compare_tab.build(host)
             with gr.Tab("Models", id="models"):
                 models = ModelsView(host, n_ctx, file_actions)
                 models.build(controls["threads"], controls["gpu_layers"], banner, pair)

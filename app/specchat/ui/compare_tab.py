@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import gradio as gr
 import numpy as np
@@ -14,6 +14,7 @@ from specchat.bench.compare import NEAR_TIE_LOGITS, Comparison, Run, compare
 from specchat.bench.report import config_label
 from specchat.engine import Engine, GenerationSettings, SamplingParams
 from specchat.errors import SpecchatError
+from specchat.host import WAIT_POLL_S, EngineHost
 from specchat.logs import unexpected
 
 COLUMNS = ("plain", "speculative", "lookup")
@@ -85,7 +86,7 @@ def _timeline_plot(comparison: Comparison) -> np.ndarray:
     return plots.to_array(figure)
 
 
-def build(get_engine: Callable[[], Engine | None]) -> None:
+def build(host: EngineHost) -> None:
     """The tab's components, inside the caller's gr.Blocks / gr.Tab context."""
     with gr.Row():
         prompt = gr.Textbox(value=DEFAULT_PROMPT, label="Prompt", lines=4, scale=3, elem_id="compare-prompt")
@@ -93,7 +94,7 @@ def build(get_engine: Callable[[], Engine | None]) -> None:
             seed = gr.Number(value=0, precision=0, label="Seed")
             temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0: greedy)")
             k = gr.Slider(1, 16, value=4, step=1, label="Draft length k")
-            max_tokens = gr.Slider(16, 1024, value=128, step=16, label="Max tokens")
+            max_tokens = gr.Slider(16, 1024, value=128, step=16, label="Max tokens", elem_id="compare-max-tokens")
     run_button = gr.Button("Compare", variant="primary", elem_id="compare-run")
     status = gr.Markdown(elem_id="compare-status")
     headers, texts = [], []
@@ -110,14 +111,17 @@ def build(get_engine: Callable[[], Engine | None]) -> None:
     plot = gr.Image(label="Tokens over time", type="numpy", format="png", interactive=False, elem_id="compare-plot")
 
     def run(prompt_text: str, seed_value: float, temp: float, k_value: float, max_tok: float) -> Iterator[list]:
-        engine = get_engine()
-        if engine is None:
+        """When the browser tab closes, Gradio closes this generator at its next yield: the with and finally blocks
+        then stop the comparison and give up its turn."""
+        state = host.status().state
+        # While a model loads, the comparison waits in line for it (with None, the turn takes the model once loaded).
+        engine = None if state == "loading" else host.engine
+        if engine is None and state != "loading":
             yield _outputs(None, NO_ENGINE)
             return
         if not prompt_text.strip():
             yield _outputs(None, "Write a prompt first.")
             return
-        modes = [mode for mode in COLUMNS[1:] if mode != "speculative" or engine.draft is not None]
         messages = [{"role": "user", "content": prompt_text}]
         comparison = None
         try:
@@ -128,21 +132,32 @@ def build(get_engine: Callable[[], Engine | None]) -> None:
                 seed=int(seed_value or 0),
                 max_tokens=int(max_tok),
             )
-            if engine.lock.locked():
-                yield _outputs(None, "Waiting for the engine: another generation is running.")
-            with engine.lock:
+            # In line with the chat tabs' and the API's requests, in arrival order; any error gives up the turn.
+            with host.turn(engine) as turn:
+                while (ahead := turn.wait(WAIT_POLL_S)) is not None:
+                    yield _outputs(None, turn.waiting(ahead))
+                engine = turn.engine
+                modes = [mode for mode in COLUMNS[1:] if mode != "speculative" or engine.draft is not None]
+                runs = compare(engine, messages, settings, modes)
                 shown = 0.0
-                for comparison in compare(engine, messages, settings, modes):
-                    if time.monotonic() - shown >= _UPDATE_S:
-                        shown = time.monotonic()
-                        current = next((r for r in comparison.runs if not r.done), comparison.runs[-1])
-                        yield _outputs(comparison, f"Running {current.mode}…")
-            yield _outputs(comparison, "Done.", _summary(comparison, engine), _timeline_plot(comparison))
+                try:
+                    for comparison in runs:
+                        if time.monotonic() - shown >= _UPDATE_S:
+                            shown = time.monotonic()
+                            current = next((r for r in comparison.runs if not r.done), comparison.runs[-1])
+                            yield _outputs(comparison, f"Running {current.mode}…")
+                finally:
+                    runs.close()  # its generation ends before the turn is given up: the next request finds it idle
+                done = _summary(comparison, engine)
+            yield _outputs(comparison, "Done.", done, _timeline_plot(comparison))
         except SpecchatError as e:
             yield _outputs(comparison, f"Error: {e}")
-        except Exception as e:  # the lock is free again: the chat and the next comparison go on
+        except Exception as e:  # the turn is given up by now: the chat and the next comparison go on
             yield _outputs(comparison, unexpected(e, "The comparison"))
 
     run_button.click(
-        run, [prompt, seed, temperature, k, max_tokens], [status, *headers, *texts, summary, plot], concurrency_limit=1
+        run,
+        [prompt, seed, temperature, k, max_tokens],
+        [status, *headers, *texts, summary, plot],
+        concurrency_limit=None,  # comparisons wait in the engine's line, where the page says how many are ahead
     )

@@ -156,7 +156,8 @@ def compatibility_html(target: str | None, draft: str | None) -> str:
             "prompt lookup and plain decoding work.</div>"
         )
     try:
-        t, d = catalog.resolve_model(target), catalog.resolve_model(draft)
+        cat = catalog.load_catalog_or_shipped()[0]
+        t, d = catalog.resolve_model(target, cat), catalog.resolve_model(draft, cat)
         result = check_pair(t, d)
     except SpecchatError as e:
         return f'<div class="sc-compat" data-ok="false">{html.escape(str(e))}</div>'
@@ -197,9 +198,13 @@ class ModelsView:
     def _config(self, threads: float | None, gpu_layers: float | None, n_ctx: int) -> BackendConfig:
         return BackendConfig(n_ctx=n_ctx, n_threads=int(threads or 0) or None, n_gpu_layers=int(gpu_layers or 0))
 
+    def _catalog(self) -> catalog.Catalog:
+        """The catalog in effect, or the shipped one alone while the user's catalog file is broken (build says so)."""
+        return catalog.load_catalog_or_shipped()[0]
+
     def _refresh(self, downloading: str | None = None) -> tuple:
         """New values for (pairs table, models table, target choices, draft choices, removable models)."""
-        cat = catalog.load_catalog()
+        cat = self._catalog()
         names = installed_models(cat)
         return (
             pairs_html(cat, downloading),
@@ -242,7 +247,7 @@ class ModelsView:
                 return
             message = f"Downloaded {pair}."
             if self.host.engine is None and self.host.status().state != "loading":
-                cat = catalog.load_catalog()
+                cat = self._catalog()
                 self.host.load(*job.paths, self._config(threads, gpu_layers, cat.pairs[pair].context_length))
                 message += " Loading it now."
             yield progress_html("done", message), *self._refresh()
@@ -293,7 +298,7 @@ class ModelsView:
 
     def load_pair(self, pair: str, threads: float, gpu_layers: float) -> str:
         try:
-            cat = catalog.load_catalog()
+            cat = self._catalog()
             target, draft = catalog.resolve_pair(pair, cat)
             self.host.load(target, draft, self._config(threads, gpu_layers, cat.pairs[pair].context_length))
         except SpecchatError as e:
@@ -308,8 +313,10 @@ class ModelsView:
         try:
             if not target:
                 raise SpecchatError("choose a target model first")
-            draft_path = catalog.resolve_model(draft) if draft else None
-            self.host.load(catalog.resolve_model(target), draft_path, self._config(threads, gpu_layers, self.n_ctx))
+            cat = self._catalog()
+            target_path = catalog.resolve_model(target, cat)
+            draft_path = catalog.resolve_model(draft, cat) if draft else None
+            self.host.load(target_path, draft_path, self._config(threads, gpu_layers, self.n_ctx))
         except SpecchatError as e:
             gr.Warning(str(e))
         except Exception as e:
@@ -336,9 +343,12 @@ class ModelsView:
         offered_pair: str | None = None,
     ) -> None:
         """Without file actions, their buttons are not made and their events not registered: no client can call them."""
-        cat = catalog.load_catalog()
+        cat, unusable = catalog.load_catalog_or_shipped()
         names = installed_models(cat)
         gr.Markdown("### Pairs\nA target model and a smaller draft model with the same tokenizer.")
+        if unusable is not None:
+            note = f"Only specchat's own catalog is listed: {unusable}"
+            gr.HTML(f'<div class="sc-note" id="sc-catalog-error">{html.escape(note)}</div>')
         pairs = gr.HTML(pairs_html(cat), elem_id="sc-pairs-view")
         with gr.Row(equal_height=False, elem_classes="sc-controls"):
             offered = offered_pair if offered_pair in cat.pairs else cat.default
