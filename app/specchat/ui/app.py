@@ -46,6 +46,10 @@ MODE_LABELS = {
 # How often a streamed answer updates the page: the browser need not see every token, and each update costs CPU time
 # in the server and the browser that llama.cpp's threads could use.
 UPDATE_INTERVAL_S = 0.08
+# How often the header asks the host how the model is: each ask is a request through Gradio, which costs the server
+# and the browser CPU time that a streaming answer's llama.cpp threads could use; while nothing loads, asking now and
+# then only shows a load started from another tab.
+HEADER_POLL_S = {"loading": 1.0, "settled": 5.0}
 AUTH_ENV = "SPECCHAT_AUTH"
 # Where the page may load from, post to and connect to: its own server. Whatever a model's answer holds, and however
 # it renders, the browser then fetches nothing from elsewhere (an image's URL can carry conversation text out).
@@ -221,6 +225,10 @@ def _update(
     panels = (gr.skip(), gr.skip()) if stats is _UNCHANGED else (stats_html(stats), acceptance_svg(stats))
     shown = displayable(textbox) if isinstance(textbox, str) else textbox
     return (shown, conv, *chat_views(conv, overlay), *panels, status_html(state, text))
+
+
+def header_poll_s(host: EngineHost) -> float:
+    return HEADER_POLL_S["loading" if host.status().state == "loading" else "settled"]
 
 
 def status_html(state: str, text: str) -> str:
@@ -537,9 +545,17 @@ def build_app(
 
         # A new tab shows the settings as saved now (another tab may have changed them since start-up).
         demo.load(lambda: [getattr(app.settings(), n) for n in SETTING_NAMES], None, setting_inputs, queue=False)
+        timer = gr.Timer(HEADER_POLL_S["loading"])
         demo.load(lambda: model_banner(host), None, banner, queue=False)
-        timer = gr.Timer(1.0)
-        timer.tick(lambda: model_banner(host), None, banner, show_progress="hidden", queue=False)
+        timer.tick(
+            lambda: (model_banner(host), header_poll_s(host)),
+            None,
+            [banner, timer],
+            show_progress="hidden",
+            queue=False,
+        )
+        # A load started here shows its progress at once, not at the next slow tick.
+        banner.change(lambda: header_poll_s(host), None, timer, queue=False)
         demo.unload(app.forget_session)
     return demo
 
