@@ -44,8 +44,9 @@ MODE_LABELS = {
     "plain": "Plain (target only)",
 }
 # How often a streamed answer updates the page: the browser need not see every token, and each update costs CPU time
-# in the server and the browser that llama.cpp's threads could use.
-UPDATE_INTERVAL_S = 0.08
+# in the server and the browser that llama.cpp's threads could use. Four a second halved the browser's CPU time per
+# token against 12.5 a second, with the same speed or better (docs/performance.md, "The chat tab against the CLI").
+UPDATE_INTERVAL_S = 0.25
 # How often the header asks the host how the model is: each ask is a request through Gradio, which costs the server
 # and the browser CPU time that a streaming answer's llama.cpp threads could use; while nothing loads, asking now and
 # then only shows a load started from another tab.
