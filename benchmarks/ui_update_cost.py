@@ -1,6 +1,8 @@
 """The server-side cost of one streamed update of the chat tab, by the size of the conversation: the app's own
-rendering (ui/app.py's _add and _update), and then Gradio's (the overlay chat's postprocess, and the diff against
-the previous value that goes to the browser, with its size).
+rendering (ui/app.py's _add and _streamed), and then Gradio's (the postprocess of what the page renders while the
+answer streams, and the diff against the previous value that goes to the browser, with its size). With the overlay
+on, that is the live answer's HTML (the overlay chat keeps its placeholder until the answer is done); with it off,
+the Markdown chat.
 
 The conversation holds earlier turns of about half the tokens and the answer being streamed, the other half; each
 update adds the tokens decoded in an update interval (15 tokens/s). Token texts come from a fixed answer of prose,
@@ -23,7 +25,7 @@ import gradio as gr
 from gradio.utils import diff
 
 from specchat.engine import Stats, TokenEvent
-from specchat.ui.app import UPDATE_INTERVAL_S, _add, _update, chat_views
+from specchat.ui.app import UPDATE_INTERVAL_S, _add, _streamed, chat_views
 from specchat.ui.overlay import OverlayStream
 
 ANSWER = """To reverse a linked list, walk it once and turn each link around:
@@ -61,7 +63,8 @@ def earlier_turns(n_tokens: int) -> list[dict]:
         size = min(left, 250)
         stream = OverlayStream()
         answer = {"role": "assistant", "content": "", "pieces": stream.pieces, "html": ""}
-        _add(answer, stream, events(token_texts(size), Stats()), final=True)
+        _add(answer, stream, events(token_texts(size), Stats()))
+        answer["html"] = stream.html(final=True)
         conv += [{"role": "user", "content": "Write a Python function that reverses a linked list."}, answer]
         left -= size
     return conv
@@ -75,20 +78,26 @@ def measure(n_tokens: int, updates: int, overlay: bool) -> dict:
     answer = {"role": "assistant", "content": "", "pieces": stream.pieces, "html": ""}
     conv.append(answer)
     texts = token_texts(streamed + updates * per_update)
-    _add(answer, stream, events(texts[:streamed], stats), final=False)
-    chatbot = gr.Chatbot(render_markdown=False, sanitize_html=False)
-    previous = chatbot.postprocess(chat_views(conv, overlay)[0 if overlay else 1]).model_dump()
+    _add(answer, stream, events(texts[:streamed], stats))
+    # What changes on the page while the answer streams: the live answer (5th output), or the Markdown chat (4th).
+    shown, output = (gr.Textbox(), 4) if overlay else (gr.Chatbot(), 3)
+
+    def value(update: object) -> object:
+        processed = shown.postprocess(update)
+        return processed.model_dump() if hasattr(processed, "model_dump") else processed
+
+    previous = value(stream.html() if overlay else chat_views(conv, overlay)[1])
     ours, gradio, sent = [], [], []
     for u in range(updates):
         new = events(texts[streamed + u * per_update : streamed + (u + 1) * per_update], stats)
         t0 = time.perf_counter()
-        _add(answer, stream, new, final=False)
-        update = _update("", conv, overlay, "generating", "Generating…", stats)
+        _add(answer, stream, new)
+        update = _streamed(conv, overlay, stream.html(), "generating", "Generating…", stats)
         t1 = time.perf_counter()
-        value = chatbot.postprocess(update[2] if overlay else update[3]).model_dump()
-        edits = diff(previous, value)
+        now = value(update[output])
+        edits = diff(previous, now)
         t2 = time.perf_counter()
-        previous = value
+        previous = now
         ours.append(t1 - t0)
         gradio.append(t2 - t1)
         sent.append(len(json.dumps(edits)))

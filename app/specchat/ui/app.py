@@ -32,7 +32,16 @@ from specchat.launch import resolve_models
 from specchat.models import catalog
 from specchat.ui import compare_tab
 from specchat.ui.models_view import ModelsView, model_banner
-from specchat.ui.overlay import OverlayStream, Piece, displayable, legend_html, safe_markdown, stylesheet
+from specchat.ui.overlay import (
+    LIVE,
+    LIVE_JS,
+    OverlayStream,
+    Piece,
+    displayable,
+    legend_html,
+    safe_markdown,
+    stylesheet,
+)
 from specchat.ui.settings import LIMITS, Settings, load_settings, save_settings
 from specchat.ui.stats_view import acceptance_svg, stats_html
 
@@ -222,10 +231,22 @@ _UNCHANGED = object()
 def _update(
     textbox: object, conv: list[dict], overlay: bool, state: str, text: str, stats: object = _UNCHANGED
 ) -> tuple:
-    """One update of the chat's outputs: (textbox, conversation, overlay chat, Markdown chat, stats, plot, status)."""
-    panels = (gr.skip(), gr.skip()) if stats is _UNCHANGED else (stats_html(stats), acceptance_svg(stats))
+    """One update of the chat's outputs: (textbox, conversation, overlay chat, Markdown chat, live answer, stats,
+    plot, status)."""
     shown = displayable(textbox) if isinstance(textbox, str) else textbox
-    return (shown, conv, *chat_views(conv, overlay), *panels, status_html(state, text))
+    return (shown, conv, *chat_views(conv, overlay), "", *_panels(stats), status_html(state, text))
+
+
+def _streamed(conv: list[dict], overlay: bool, live: str, state: str, text: str, stats: object = _UNCHANGED) -> tuple:
+    """An update while an answer streams: the overlay chat keeps its placeholder for the answer (LIVE), which the
+    page fills from live (LIVE_JS), so neither chat renders the conversation again; the Markdown view, when shown,
+    renders it as usual."""
+    chats = (gr.skip(), gr.skip()) if overlay else chat_views(conv, overlay)
+    return (gr.skip(), conv, *chats, live, *_panels(stats), status_html(state, text))
+
+
+def _panels(stats: object) -> tuple:
+    return (gr.skip(), gr.skip()) if stats is _UNCHANGED else (stats_html(stats), acceptance_svg(stats))
 
 
 def header_poll_s(host: EngineHost) -> float:
@@ -244,11 +265,10 @@ _FINISHED = {
 }
 
 
-def _add(answer: dict, stream: OverlayStream, events: list[TokenEvent], final: bool) -> None:
-    """Adds the events' tokens to the answer being streamed, with its text and overlay HTML."""
+def _add(answer: dict, stream: OverlayStream, events: list[TokenEvent]) -> None:
+    """Adds the events' tokens to the answer being streamed (its text; stream renders its overlay)."""
     stream.extend(Piece(ev.kind, ev.text, ev.draft_pos) for ev in events)
     answer["content"] += "".join(ev.text for ev in events)
-    answer["html"] = stream.html(final)
 
 
 class Decoding:
@@ -325,12 +345,13 @@ class ChatApp:
         save_settings(self._from(values))
 
     def respond(self, request: gr.Request, message: str, conv: list[dict], *values) -> Iterator[tuple]:
-        """Stream one answer. Yields (textbox, conversation, overlay chat, Markdown chat, stats, plot, status)."""
+        """Stream one answer. Yields (textbox, conversation, overlay chat, Markdown chat, live answer, stats, plot,
+        status)."""
         s = self._from(values)
         session = request.session_hash or ""
         if session in self._busy:
             # A second Enter while this tab's answer streams would interleave two answers in one conversation.
-            yield *[gr.skip()] * 6, status_html("busy", "Still answering: wait, or press Stop first.")
+            yield *[gr.skip()] * 7, status_html("busy", "Still answering: wait, or press Stop first.")
             return
         if not message.strip():
             yield _update(gr.skip(), conv, s.overlay, "idle", "")
@@ -390,7 +411,8 @@ class ChatApp:
             if decoding is None:
                 turn.close()
         stream = OverlayStream()
-        answer = {"role": "assistant", "content": "", "pieces": stream.pieces, "html": stream.html()}
+        # Until it is done, the answer shows in the overlay chat as the placeholder that the live updates fill.
+        answer = {"role": "assistant", "content": "", "pieces": stream.pieces, "html": LIVE}
         conv = [*asked, answer]
         try:
             yield _update("", conv, s.overlay, "generating", "Reading the prompt…")
@@ -398,12 +420,14 @@ class ChatApp:
             while not decoding.ended.wait(max(0.0, last + UPDATE_INTERVAL_S - time.perf_counter())):
                 last = time.perf_counter()
                 if new := decoding.take():
-                    _add(answer, stream, new, final=False)
+                    _add(answer, stream, new)
                     stats = new[-1].stats
-                    yield _update("", conv, s.overlay, "generating", f"Generating… {stats.tokens} tokens", stats)
+                    text = f"Generating… {stats.tokens} tokens"
+                    yield _streamed(conv, s.overlay, stream.html(), "generating", text, stats)
         finally:  # the page gave up on the answer (Clear, a closed tab), or an update failed: end the loop too
             decoding.cancel()
-        _add(answer, stream, decoding.take(), final=True)
+            _add(answer, stream, decoding.take())
+            answer["html"] = stream.html(final=True)  # kept in the conversation, whatever ended the answer
         stats = decoding.stats
         if decoding.failure is not None:  # the answer so far stays in the conversation, with the error under it
             yield _update("", conv, s.overlay, "error", logs.unexpected(decoding.failure, "Answering"), stats)
@@ -420,7 +444,7 @@ class ChatApp:
         yield from self.respond(request, conv[last_user]["content"], conv[:last_user], *values)
 
     def clear(self, overlay: bool) -> tuple:
-        return [], *chat_views([], overlay), stats_html(None), acceptance_svg(None), status_html("idle", "")
+        return [], *chat_views([], overlay), "", stats_html(None), acceptance_svg(None), status_html("idle", "")
 
     def switch_view(self, conv: list[dict], overlay: bool) -> tuple:
         overlay_chat, md_chat = overlay_messages(conv), markdown_messages(conv)
@@ -512,6 +536,8 @@ def build_app(
                             regen = gr.Button("Regenerate", size="sm", elem_id="sc-regenerate")
                             clear = gr.Button("Clear", size="sm", elem_id="sc-clear")
                         status = gr.HTML(status_html("idle", ""), elem_id="sc-status")
+                        # Carries the streamed answer's overlay HTML to LIVE_JS; never shown.
+                        live = gr.Textbox(visible=False)
                     with gr.Column(scale=1, min_width=300):
                         stats = gr.HTML(stats_html(None), elem_id="sc-stats")
                         plot = gr.HTML(acceptance_svg(None), elem_id="sc-plot")
@@ -526,7 +552,7 @@ def build_app(
                 models.build(controls["threads"], controls["gpu_layers"], banner, pair)
 
         setting_inputs = [controls[name] for name in SETTING_NAMES]
-        outputs = [textbox, conv, overlay_chat, md_chat, stats, plot, status]
+        outputs = [textbox, conv, overlay_chat, md_chat, live, stats, plot, status]
         chat_args = dict(show_progress="hidden", concurrency_limit=None)
         runs = [
             textbox.submit(app.respond, [textbox, conv, *setting_inputs], outputs, **chat_args),
@@ -537,8 +563,9 @@ def build_app(
         # The chats' own trash buttons clear the conversation too, not just what is shown.
         for clearing in (clear.click, overlay_chat.clear, md_chat.clear):
             clearing(app.stop, None, None, queue=False).then(
-                app.clear, [overlay_switch], [conv, overlay_chat, md_chat, stats, plot, status], cancels=runs
+                app.clear, [overlay_switch], [conv, overlay_chat, md_chat, live, stats, plot, status], cancels=runs
             )
+        live.change(None, live, None, js=LIVE_JS, queue=False)
         overlay_switch.change(app.switch_view, [conv, overlay_switch], [overlay_chat, md_chat], show_progress="hidden")
         for control in setting_inputs:
             control.change(app.save, setting_inputs, None, show_progress="hidden", queue=False)

@@ -89,6 +89,7 @@ def code_regions(text: str) -> list[tuple[int, int]]:
     return regions
 
 
+_OPEN = '<div class="sc-overlay">'
 _CODE_START = '<pre class="sc-code"><code>'
 _CODE_END = "</code></pre>"
 
@@ -129,7 +130,7 @@ class OverlayStream:
         self._shown: list[Piece] = []  # the pieces with text; empty ones (a split character's first bytes) add nothing
         self._ends: list[int] = []  # where each shown piece ends in _text
         self._text = ""
-        self._kept = '<div class="sc-overlay">'  # the final HTML of the first _n_kept shown pieces
+        self._kept = _OPEN  # the final HTML of the first _n_kept shown pieces
         self._n_kept = 0
 
     def extend(self, pieces: Iterable[Piece]) -> None:
@@ -181,6 +182,50 @@ class OverlayStream:
                 i += 1
             if is_code:
                 yield last, _CODE_END
+
+
+# The answer being streamed, in the overlay chat: a placeholder that LIVE_JS fills, so that the chat's own component
+# (which renders a message's whole HTML again on every change) renders it once, when the answer is done.
+LIVE = '<div class="sc-live"></div>'
+_LIVE_TAGS = "|".join(re.escape(tag).replace("/", r"\/") for tag in (_OPEN, _CODE_START, _CODE_END, "</div>"))
+# Given OverlayStream.html() as it grows, appends to the placeholder what is new since the last call: HTML that grows
+# by appending becomes nodes appended where the open tags leave off, and anything else (a fence that changed the last
+# line, a placeholder rendered anew) is rendered from the start. Keeps the chat at its end if it was there.
+LIVE_JS = f"""(html) => {{
+  const box = document.querySelector('#sc-chat-overlay .sc-live');
+  if (!box || !html) return;
+  const scroller = box.closest('.bubble-wrap');
+  const atEnd = scroller && scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 48;
+  if (!box.scStack || !html.startsWith(box.scShown)) {{
+    box.replaceChildren();
+    box.scStack = [box];
+    box.scShown = '';
+  }}
+  const stack = box.scStack;
+  for (const part of html.slice(box.scShown.length).split(/({_LIVE_TAGS})/)) {{
+    if (!part) continue;
+    const top = stack[stack.length - 1];
+    if (part === '{_OPEN}') {{
+      const div = document.createElement('div');
+      div.className = 'sc-overlay';
+      top.append(div);
+      stack.push(div);
+    }} else if (part === '{_CODE_START}') {{
+      const pre = document.createElement('pre');
+      const code = document.createElement('code');
+      pre.className = 'sc-code';
+      pre.append(code);
+      top.append(pre);
+      stack.push(code);
+    }} else if (part.startsWith('</')) {{
+      if (stack.length > 1) stack.pop();
+    }} else {{
+      top.insertAdjacentHTML('beforeend', part);
+    }}
+  }}
+  box.scShown = html;
+  if (atEnd) scroller.scrollTop = scroller.scrollHeight;
+}}"""
 
 
 @lru_cache(maxsize=256)  # a streamed update renders every message again; only the last one changes

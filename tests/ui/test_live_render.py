@@ -1,0 +1,57 @@
+"""The page's live renderer of a streamed answer (LIVE_JS) in Chromium: fed OverlayStream's HTML update by update,
+it must end with the same DOM as the whole answer's HTML, whatever the fences did on the way."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from specchat.ui.overlay import KINDS, LIVE, LIVE_JS, OverlayStream, Piece
+
+pytestmark = pytest.mark.browser
+
+# Runs LIVE_JS on every update in turn, then renders the final HTML the way the chat does once the answer is done.
+# Where asked to, the placeholder is rendered anew before an update, as when the chat re-renders its message.
+REPLAY = f"""([streams, fresh]) => {{
+  const live = {LIVE_JS};
+  const results = [];
+  streams.forEach(([updates, final], i) => {{
+    const chat = document.getElementById('sc-chat-overlay');
+    chat.innerHTML = '<div class="bubble-wrap">{LIVE}</div>';
+    updates.forEach((html, j) => {{
+      if (fresh[i] === j) chat.firstChild.innerHTML = '{LIVE}';
+      live(html);
+    }});
+    const whole = document.createElement('div');
+    whole.innerHTML = final;
+    results.push([chat.querySelector('.sc-live').innerHTML, whole.innerHTML]);
+  }});
+  return results;
+}}"""
+
+
+def test_the_live_answer_ends_as_the_whole_answer_renders(browser):
+    rng = random.Random(2026)
+    texts = ["```", "`", "~~~", "\n", "\n\n", " ", "   ", "py", "a", "x = 1", "<&>", "````", "</div>", ""]
+    streams, fresh = [], []
+    for _ in range(300):
+        pieces = [
+            Piece(rng.choice(KINDS), "".join(rng.choices(texts, k=rng.randint(0, 3))), rng.choice([None, 1, 2]))
+            for _ in range(rng.randint(1, 30))
+        ]
+        stream, updates, shown = OverlayStream(), [], 0
+        while shown < len(pieces):
+            step = rng.randint(1, 4)
+            stream.extend(pieces[shown : shown + step])
+            shown += step
+            updates.append(stream.html())
+        streams.append([updates, stream.html(final=True)])
+        fresh.append(rng.randrange(len(updates)) if rng.random() < 0.2 else -1)
+    page = browser.new_page()
+    page.set_content('<div id="sc-chat-overlay"></div>')
+    results = page.evaluate(REPLAY, [streams, fresh])
+    page.close()
+    mismatched = [i for i, (live, whole) in enumerate(results) if live != whole]
+    assert not mismatched, (streams[mismatched[0]], results[mismatched[0]])
+    assert any("<pre" in whole for _, whole in results)  # code blocks were among them
