@@ -10,6 +10,8 @@ from pathlib import Path
 
 from models.support import subprocess_env
 from specchat.cli.main import main
+from specchat.engine import costmodel
+from specchat.engine.calibration import Calibration
 
 
 def specchat(*args: str, stdin: str | bytes | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -223,3 +225,34 @@ def test_serving_addresses_are_checked_before_anything_loads(tiny_model):
     assert one_error_line(run) == expected
     run = specchat("ui", "--host", "no-such-host.invalid", "--target", str(tiny_model), "--no-browser")
     assert one_error_line(run).startswith("error: cannot serve on --host no-such-host.invalid: ")
+
+
+def test_models_list_says_what_speculation_buys_once_a_pair_has_loaded(tiny_model, tmp_path):
+    home = tmp_path / "home"
+    env = {"SPECCHAT_HOME": str(home)}
+    assert specchat("models", "add", str(tiny_model), "--name", "smol", env=env).returncode == 0
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "models.toml").write_text('[pairs.smol-pair]\ntarget = "smol"\ndraft = "smol"\n')
+
+    def listed() -> tuple[dict, str]:
+        data, table = specchat("models", "list", "--json", env=env), specchat("models", "list", env=env)
+        assert data.returncode == 0 and table.returncode == 0, data.stderr + table.stderr
+        pair = next(p for p in json.loads(data.stdout)["pairs"] if p["name"] == "smol-pair")
+        assert "SPECULATION HERE" in table.stdout.splitlines()[1]
+        return pair["speculation"], next(line for line in table.stdout.splitlines() if "smol-pair" in line)
+
+    speculation, row = listed()
+    assert speculation == {"measured": False, "text": "not measured yet (load the pair once)"}
+    assert row.endswith(speculation["text"])
+
+    # The first auto answer measures the pair (its draft drafting from a CPU copy where that is faster).
+    args = ["generate", "--pair", "smol-pair", "--mode", "auto", "--max-tokens", "4", "--prompt", "The sky is"]
+    assert specchat(*args, env=env).returncode == 0
+    speculation, row = listed()
+    (kept,) = (home / "cache").glob("calibration-*.json")
+    cal = Calibration.from_json(kept.read_text())
+    k, gain = costmodel.expected_speedup(cal)
+    assert speculation["measured"] and speculation["text"] == costmodel.expected_text(cal)
+    assert (speculation["draft_length"], speculation["expected_speedup"]) == (k, round(gain, 3))
+    assert speculation["plain_tokens_per_s"] == round(1 / cal.t1, 2) and speculation["draft_cost"] == cal.c
+    assert row.endswith(speculation["text"])

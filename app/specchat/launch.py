@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from specchat.engine import BackendConfig, Engine
+from specchat.engine.calibration import Calibration, cached_for
 from specchat.errors import SpecchatError
 from specchat.models import catalog
 
@@ -59,6 +60,16 @@ def cpu_copy_dir(args: argparse.Namespace) -> Path | None:
 def load_engine(args: argparse.Namespace, target: Path, draft: Path | None) -> Engine:
     """The engine as the command line asked for it, with specchat's cache folder for the draft copy and calibration."""
     return Engine.load(target, draft, backend_config(args), cpu_copy_dir(args), print_progress, catalog.cache_dir())
+
+
+def pair_calibration(name: str, cat: catalog.Catalog) -> Calibration | None:
+    """The newest calibration of a catalog pair on this machine, measured when the pair first loaded here (in any
+    front end: they share the cache folder); None while it is not installed or has not loaded yet."""
+    try:
+        target, draft = catalog.resolve_pair(name, cat)
+    except SpecchatError:
+        return None
+    return cached_for(target, draft, catalog.cache_dir())
 
 
 def port(text: str) -> int:

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 
 from helpers import DESIGN_R
 from specchat.engine import DEFAULT_POLICY, Engine, GenerationSettings, VerifyStep
-from specchat.engine.calibration import BATCH_SIZES, K_LONG, K_MAX, ROUNDS, Calibration, load_or_measure
+from specchat.engine.calibration import (
+    BATCH_SIZES,
+    K_LONG,
+    K_MAX,
+    ROUNDS,
+    Calibration,
+    cached_for,
+    cpu_name,
+    file_id,
+    load_or_measure,
+)
 
 CODE = "def area(w, h):\n    result = w * h\n    return result\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n"
 EDIT = [{"role": "user", "content": f"Rename the variable result to out in this code:\n{CODE}"}]
@@ -43,8 +54,19 @@ def test_calibration_measures_once_and_is_cached(tiny):
     stamp = files[0].stat().st_mtime_ns
     again = load_or_measure(tiny.target, tiny.draft, tiny.cache_dir)
     assert again == cal and files[0].stat().st_mtime_ns == stamp
+    # A listing finds it by the pair's files, with no model loaded.
+    path = tiny.target.path
+    assert cal.files == (file_id(path), file_id(path)) and cal.machine == cpu_name()
+    assert cached_for(path, path, tiny.cache_dir) == cal and cached_for(path, None, tiny.cache_dir) is None
+    # One kept before calibrations named their pair is named when next read.
+    unnamed = {k: v for k, v in json.loads(files[0].read_text()).items() if k not in ("files", "machine")}
+    files[0].write_text(json.dumps(unnamed))
+    assert cached_for(path, path, tiny.cache_dir) is None
+    assert load_or_measure(tiny.target, tiny.draft, tiny.cache_dir) == cal
+    assert cached_for(path, path, tiny.cache_dir) == cal
     # Another setup (no draft) is another key, measured anew.
-    assert load_or_measure(tiny.target, None, tiny.cache_dir).key != cal.key
+    alone = load_or_measure(tiny.target, None, tiny.cache_dir)
+    assert alone.key != cal.key and cached_for(path, None, tiny.cache_dir) == alone
 
 
 def test_a_first_calibration_says_what_it_measures_in_order(tiny_model, tmp_path):

@@ -13,7 +13,10 @@ from helpers import DESIGN_R as CPU_R
 from specchat.engine.adaptive import AcceptanceTracker, AutoDrafter, auto_lookup
 from specchat.engine.calibration import K_LONG, K_MAX, Calibration
 from specchat.engine.costmodel import (
+    NOT_MEASURED,
     best_k,
+    expected_speedup,
+    expected_text,
     expected_tokens,
     expected_tokens_by_length,
     interpolate_r,
@@ -40,6 +43,9 @@ ZEN5_R = {2: 1.95, 3: 2.67, 4: 3.17, 5: 3.92, 6: 4.63, 7: 5.33, 8: 5.92, 9: 6.34
 # The same machine another day, with a batch of 32: 0.30 steps a token against 0.33 for 16.
 ZEN5_LONG_R = {2: 1.82, 3: 2.42, 4: 3.04, 5: 3.71, 6: 4.5, 7: 5.13, 8: 5.38, 9: 5.5, 10: 5.8, 11: 5.98, 12: 6.01,
                13: 5.99, 14: 6.75, 15: 6.54, 16: 5.36, 32: 9.58}
+# The 7B-cost target (Qwen2.5-Coder 1.5B + 108 identity blocks, benchmarks/cost_shaped.py) with the 0.5B draft's
+# CPU copy on two Xeon cores (issue 28): a draft token costs an eighth of a target step.
+COST_SHAPED_7B_R = {2: 1.41, 4: 1.71, 8: 3.13}
 # fmt: on
 
 
@@ -394,3 +400,29 @@ def test_costs_measured_while_the_machine_was_busy_are_kept_plausible():
         drafter._last = (drafter.lookup_sources[8], False)
         drafter.observe(3, 3, 0.0, 1.7 * drafter.costs.t1)
     assert drafter.r(4) == pytest.approx(1.7, rel=0.02)
+
+
+def test_the_expected_speedup_takes_the_best_draft_length_at_the_prior_acceptance():
+    cal = Calibration(0.365, COST_SHAPED_7B_R, 0.118, "7b-cost")
+    k, gain = expected_speedup(cal)
+    # At 80%, 3 drafts give 2.95 tokens for 3 x 0.118 + r(4) = 2.06 steps; 2 and 4 drafts pay less.
+    assert k == 3 and gain == pytest.approx(2.952 / 2.064, abs=1e-3)
+    assert gain == max(speedup(DEFAULT_POLICY.model_prior, k, 0.118, interpolate_r(cal.r)) for k in range(1, 16))
+    assert expected_text(cal) == "auto: about 1.4x here"
+    # The prior and the lengths allowed are the policy's.
+    assert expected_speedup(cal, replace(DEFAULT_POLICY, model_prior=0.9))[1] > gain
+    assert expected_speedup(cal, replace(DEFAULT_POLICY, k_max=1))[0] == 1
+
+
+def test_where_the_draft_costs_too_much_nothing_is_promised():
+    # The 0.5B draft file at c = 0.62 on a Xeon, 1.5B target: no length pays even at 80%.
+    file_drafting = Calibration(0.06, BLOCKY_R, 0.62, "xeon")
+    assert expected_speedup(file_drafting) == (0, 1.0)
+    assert expected_text(file_drafting).startswith("auto: about 1.0x here (the draft model costs too much")
+    # A gain under the policy's threshold is no gain: auto would not draft with the model for it.
+    marginal = Calibration(0.06, BLOCKY_R, 0.4, "xeon-copy")
+    assert 1.0 < expected_speedup(marginal)[1] < DEFAULT_POLICY.min_gain
+    assert expected_text(marginal) == expected_text(file_drafting)
+    target_alone = Calibration(0.06, BLOCKY_R, None, "target alone")
+    assert expected_text(target_alone) == "auto: prompt lookup only (no draft model)"
+    assert expected_text(None) == NOT_MEASURED == "not measured yet (load the pair once)"

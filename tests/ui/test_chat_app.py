@@ -278,6 +278,10 @@ def test_models_view_lists_the_catalog_and_explains_a_mismatch(chat_server, new_
     shipped = catalog.load_catalog(Path(catalog.shipped_catalog()[0]))
     rows = page.locator("#sc-pairs tr[data-pair]").evaluate_all("els => els.map(e => e.dataset.pair)")
     assert rows == list(shipped.pairs)
+    # None of them installed in this home, none measured: the column says so rather than guessing.
+    assert page.locator("#sc-pairs th").all_inner_texts()[-1] == "Speculation here"
+    cells = page.locator("#sc-pairs td.sc-speculation").all_inner_texts()
+    assert cells == ["not measured yet (load the pair once)"] * len(rows)
 
     tiny = str(next(p for n, p in model_paths.items() if n.startswith("smollm2")))
     qwen_draft = str(next(p for n, p in model_paths.items() if "0.5b" in n))

@@ -16,10 +16,12 @@ import pytest
 
 from specchat import logs
 from specchat.engine import BackendConfig, Engine, GenerationSettings, SamplingParams, Stats
-from specchat.engine.calibration import ROUNDS
+from specchat.engine.calibration import ROUNDS, Calibration, cpu_name, pair_files
 from specchat.errors import SpecchatError
 from specchat.host import EngineHost
+from specchat.models import catalog
 from specchat.ui.app import SETTING_NAMES, ChatApp
+from specchat.ui.models_view import pairs_html
 from specchat.ui.overlay import (
     KINDS,
     OverlayStream,
@@ -466,3 +468,24 @@ def test_a_failure_mid_answer_keeps_the_text_so_far_and_frees_the_engine(tiny_ho
     assert len(conv[-1]["pieces"]) == 3 and conv[-1]["content"]
     assert _status(updates[-1]).startswith("Answering failed unexpectedly (OSError: the disk went away)")
     assert not engine.lock.locked() and tiny_host.in_line() == 0 and not app._busy
+
+
+def test_the_pairs_table_says_what_speculation_buys_with_each_pair_here(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    catalog.add_local_model(tiny_model, "smol")
+    catalog.user_catalog_path().parent.mkdir(parents=True)
+    catalog.user_catalog_path().write_text('[pairs.smol-pair]\ntarget = "smol"\ndraft = "smol"\n')
+
+    def cell() -> str:
+        table = pairs_html(catalog.load_catalog())
+        assert "<th>Speculation here</th>" in table
+        row = re.search(r'<tr data-pair="smol-pair".*?</tr>', table).group(0)
+        return re.search(r"<td class='sc-speculation'>(.*?)</td>", row).group(1)
+
+    assert cell() == "not measured yet (load the pair once)"
+    # What a first load keeps (calibration.load_or_measure), here at the 7B-cost target's costs.
+    files = pair_files(tiny_model, tiny_model)
+    cal = Calibration(0.365, {2: 1.41, 4: 1.71, 8: 3.13}, 0.118, "key", files, cpu_name())
+    catalog.cache_dir().mkdir(parents=True)
+    (catalog.cache_dir() / "calibration-key.json").write_text(cal.to_json())
+    assert cell() == "auto: about 1.4x here"

@@ -12,13 +12,16 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from specchat.errors import SpecchatError
 from specchat.models import catalog as cat
 from specchat.models import download as dl
 from specchat.models.compat import check_pair
 from specchat.models.gguf import model_info
+
+if TYPE_CHECKING:
+    from specchat.engine.calibration import Calibration
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -133,8 +136,30 @@ def _member_json(name: str, catalog: cat.Catalog, local: dict[str, Path]) -> dic
     return _model_json(catalog.models[name]) if name in catalog.models else _local_json(name, local[name])
 
 
+def _speculation_json(cal: Calibration | None) -> dict[str, Any]:
+    """What speculation is expected to buy with a pair here, from its calibration (None: not measured yet)."""
+    from specchat.engine import DEFAULT_POLICY, costmodel
+
+    text = costmodel.expected_text(cal)
+    if cal is None:
+        return {"measured": False, "text": text}
+    k, gain = costmodel.expected_speedup(cal)
+    return {
+        "measured": True,
+        "text": text,
+        "expected_speedup": round(gain, 3),
+        "draft_length": k,
+        "assumed_acceptance": DEFAULT_POLICY.model_prior,
+        "plain_tokens_per_s": round(1 / cal.t1, 2),
+        "draft_cost": cal.c,
+    }
+
+
 def listing(catalog: cat.Catalog) -> dict[str, Any]:
-    """Everything `models list --json` prints: pairs (each with both models), catalog models, local models."""
+    """Everything `models list --json` prints: pairs (each with both models and what speculation is expected to buy
+    with it here), catalog models, local models."""
+    from specchat.launch import pair_calibration  # of the models commands, only this one needs the engine
+
     local = cat.local_models()
     pairs = []
     for pair in catalog.pairs.values():
@@ -152,6 +177,7 @@ def listing(catalog: cat.Catalog) -> dict[str, Any]:
                 "license": pair.license,
                 "target": target,
                 "draft": draft,
+                "speculation": _speculation_json(pair_calibration(pair.name, catalog)),
             }
         )
     return {
@@ -176,12 +202,13 @@ def _list(args: argparse.Namespace) -> int:
         json.dump(data, sys.stdout, indent=2)
         print()
         return 0
-    rows = [["", "PAIR", "TARGET + DRAFT", "SIZE", "STATUS"]]
+    rows = [["", "PAIR", "TARGET + DRAFT", "SIZE", "STATUS", "SPECULATION HERE"]]
     for p in data["pairs"]:
         states = {p["target"]["status"], p["draft"]["status"]}
         status = "installed" if p["installed"] else ("not installed" if states == {"not installed"} else "partly")
         mark = "*" if p["default"] else ""
-        rows.append([mark, p["name"], f"{p['target']['name']} + {p['draft']['name']}", _human(p["size"]), status])
+        members = f"{p['target']['name']} + {p['draft']['name']}"
+        rows.append([mark, p["name"], members, _human(p["size"]), status, p["speculation"]["text"]])
     print("Pairs (* = default):")
     _table(rows, sys.stdout)
     rows = [["MODEL", "REPO / FILE", "QUANT", "SIZE", "STATUS"]]

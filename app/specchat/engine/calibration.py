@@ -8,7 +8,8 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from contextlib import suppress
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from specchat.engine.llama_backend import LlamaModel, system_info
@@ -36,6 +37,10 @@ class Calibration:
     r: dict[int, float]  # target batch of n tokens, in units of t1
     c: float | None  # one draft token in units of t1; None without a draft model
     key: str
+    # The pair measured, as file_id names its files (the draft's own file where a CPU copy of it drafted), and the
+    # CPU: what a listing of models finds this calibration by without loading them (cached_for).
+    files: tuple[str, ...] = ()
+    machine: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -43,7 +48,8 @@ class Calibration:
     @classmethod
     def from_json(cls, text: str) -> Calibration:
         d = json.loads(text)
-        return cls(t1=d["t1"], r={int(n): v for n, v in d["r"].items()}, c=d["c"], key=d["key"])
+        r = {int(n): v for n, v in d["r"].items()}
+        return cls(d["t1"], r, d["c"], d["key"], tuple(d.get("files", ())), d.get("machine", ""))
 
 
 def cpu_name() -> str:
@@ -63,6 +69,15 @@ def timing_key(files: list[Path], setup: str) -> str:
         st = path.stat()
         parts += [path.name, str(st.st_size), str(int(st.st_mtime)), setup]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def file_id(path: Path) -> str:
+    """A model file as a cached calibration names it: its name and size (no need to read it)."""
+    return f"{path.name} ({path.stat().st_size} bytes)"
+
+
+def pair_files(target: Path, draft: Path | None) -> tuple[str, ...]:
+    return tuple(file_id(path) for path in (target, draft) if path is not None)
 
 
 def setup_key(target: LlamaModel, draft: LlamaModel | None) -> str:
@@ -122,24 +137,47 @@ def measure(
     )
 
 
+def read_cached(path: Path) -> Calibration | None:
+    """A kept calibration, or None where there is none or it cannot be read (it is measured again)."""
+    try:
+        return Calibration.from_json(path.read_text())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def load_or_measure(
     target: LlamaModel,
     draft: LlamaModel | None,
     cache_dir: Path | None,
     on_progress: Callable[[str], None] | None = None,
+    draft_file: Path | None = None,
 ) -> Calibration:
-    """The cached calibration for this setup, else a new measurement, which on_progress hears of (it takes seconds)."""
+    """The cached calibration for this setup, else a new measurement, which on_progress hears of (it takes seconds).
+    draft_file: the file the draft was chosen as, where it runs from a CPU copy of it (the calibration names it)."""
     key = setup_key(target, draft)
     path = cache_dir / f"calibration-{key}.json" if cache_dir is not None else None
-    if path is not None and path.is_file():
-        try:
-            cal = Calibration.from_json(path.read_text())
-            if cal.key == key and set(cal.r) >= set(BATCH_SIZES):  # older versions measured fewer lengths
-                return cal
-        except (ValueError, KeyError):
-            pass  # an unreadable cache is measured again
-    cal = measure(target, draft, on_progress=on_progress)
-    if path is not None:
+    files = pair_files(target.path, (draft_file or draft.path) if draft is not None else None)
+    cal = read_cached(path) if path is not None else None
+    if cal is not None and (cal.key != key or not set(cal.r) >= set(BATCH_SIZES)):  # older versions measured less
+        cal = None
+    named = replace(cal or measure(target, draft, on_progress=on_progress), files=files, machine=cpu_name())
+    if path is not None and named != cal:  # new, or kept by a version that did not name its pair
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(cal.to_json())
-    return cal
+        path.write_text(named.to_json())
+    return named
+
+
+def cached_for(target: Path, draft: Path | None, cache_dir: Path) -> Calibration | None:
+    """The newest calibration in cache_dir of this pair on this machine, in any setup (threads, context), or None
+    before the pair has loaded here. Reads the cache only: no model is loaded."""
+    try:
+        files = pair_files(target, draft)
+    except OSError:
+        return None  # a model file not there has not been measured
+    found, machine = [], cpu_name()
+    for path in cache_dir.glob("calibration-*.json"):
+        cal = read_cached(path)
+        if cal is not None and cal.files == files and cal.machine == machine:
+            with suppress(OSError):  # deleted meanwhile
+                found.append((path.stat().st_mtime, cal))
+    return max(found, key=lambda when_cal: when_cal[0])[1] if found else None

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from specchat.engine.calibration import Calibration
+from specchat.engine.policy import DEFAULT_POLICY, AutoPolicy
+
+NOT_MEASURED = "not measured yet (load the pair once)"
+
 
 def expected_tokens(alpha: float, k: int) -> float:
     """E(k) = (1 - alpha^(k+1)) / (1 - alpha): accepted drafts plus the correction or bonus token."""
@@ -64,3 +69,24 @@ def speedups(rates: Sequence[float], c: float, r: Callable[[int], float]) -> lis
 def best_k(alpha: float, c: float, r: Callable[[int], float], k_max: int) -> tuple[int, float]:
     """The draft length that maximizes S(k) over 0..k_max; k = 0 (plain decoding) has S = 1."""
     return max(((k, speedup(alpha, k, c, r)) for k in range(k_max + 1)), key=lambda ks: ks[1])
+
+
+def expected_speedup(cal: Calibration, policy: AutoPolicy = DEFAULT_POLICY) -> tuple[int, float]:
+    """The draft model's best length and S(k) at this calibration's costs, before anything is known of the answers:
+    at the policy's prior acceptance for the draft model, over the draft lengths auto may choose. (0, 1.0): none
+    pays. Auto may do better (prompt lookup, a draft that agrees more often) or worse (steps cost more than timed)."""
+    if cal.c is None:
+        return 0, 1.0
+    return best_k(policy.model_prior, cal.c, interpolate_r(cal.r), policy.k_max)
+
+
+def expected_text(cal: Calibration | None, policy: AutoPolicy = DEFAULT_POLICY) -> str:
+    """What speculation is expected to buy on this machine, in words, e.g. "auto: about 1.5x here"."""
+    if cal is None:
+        return NOT_MEASURED
+    if cal.c is None:
+        return "auto: prompt lookup only (no draft model)"
+    _, gain = expected_speedup(cal, policy)
+    if gain < policy.min_gain:
+        return "auto: about 1.0x here (the draft model costs too much on this machine; prompt lookup still drafts)"
+    return f"auto: about {gain:.1f}x here"

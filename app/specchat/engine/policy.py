@@ -43,7 +43,9 @@ class AutoPolicy:
     resume_window: int = RESUME_WINDOW
     # Prior acceptance (first position, later ones) of a short match where a copy resumes: it passes more often.
     resume_prior: tuple[float, float] = (0.7, 0.8)
-    # Same-family drafts for a chat model accept 70-90% (design.md): start in the middle.
+    # Same-family drafts for a chat model accept 70-90% (design.md): start in the middle. The Qwen2.5-Coder 0.5B's
+    # CPU copy picks the 1.5B's greedy token on 81.6% of the built-in suite's tokens (docs/performance.md). Also what
+    # a listing of models expects of a pair before it has generated anything (costmodel.expected_speedup).
     model_prior: float = 0.8
     # How many observations a tracker's prior counts for, and how fast old ones fade: set, not tuned by measurement.
     tracker_weight: float = 2.0

@@ -92,6 +92,7 @@ class Engine:
         self._auto: AutoDrafter | None = None  # auto mode's learning, kept for the conversation it came from
         self._auto_prompt: list[int] = []
         self.draft_note: str | None = None  # how the draft runs, when Engine.load chose between it and a CPU copy
+        self.draft_file = draft.path if draft is not None else None  # the file chosen, which a CPU copy stands in for
         self.on_progress: Callable[[str], None] | None = None  # hears of first-run work: calibrating
 
     @classmethod
@@ -110,23 +111,21 @@ class Engine:
         on_progress hears of that work, which takes seconds the first time, and later of calibration's. cache_dir:
         where auto mode's calibration of this machine is kept (None: measured again by each process)."""
         note = None
-        if draft_path is not None:
+        draft_file = Path(draft_path) if draft_path is not None else None
+        if draft_file is not None:
             compat = check_pair(target_path, draft_path)  # headers only: refuse before loading weights
             if not compat.ok:
-                raise IncompatibleModelsError(
-                    f"{Path(draft_path).name} cannot draft for {Path(target_path).name}: {compat}"
-                )
+                raise IncompatibleModelsError(f"{draft_file.name} cannot draft for {Path(target_path).name}: {compat}")
             if cpu_copy_dir is not None and config.n_gpu_layers == 0:
-                file = Path(draft_path)
                 try:
-                    choice = choose_draft(file, config, cpu_copy_dir, on_progress)
-                    draft_path, note = choice.path, choice.describe(file)
+                    choice = choose_draft(draft_file, config, cpu_copy_dir, on_progress)
+                    draft_path, note = choice.path, choice.describe(draft_file)
                 except (SpecchatError, OSError) as e:  # a faster copy is a bonus: the file still drafts
-                    note = f"drafting with {file.name} as it is (no CPU copy: {e})"
+                    note = f"drafting with {draft_file.name} as it is (no CPU copy: {e})"
         target = LlamaModel(target_path, config)
         draft = LlamaModel(draft_path, config) if draft_path is not None else None
         engine = cls(target, draft, policy)
-        engine.draft_note = note
+        engine.draft_note, engine.draft_file = note, draft_file
         engine.cache_dir = cache_dir
         engine.on_progress = on_progress
         return engine
@@ -162,7 +161,9 @@ class Engine:
         """This machine's costs for this pair (measured once, then read from cache_dir); on_progress hears how a
         measurement goes, which takes seconds (not when the cache has one)."""
         if self._calibration is None:  # measuring decodes: callers sharing the engine hold `lock`, as to generate
-            self._calibration = load_or_measure(self.target, self.draft, self.cache_dir, self.on_progress)
+            self._calibration = load_or_measure(
+                self.target, self.draft, self.cache_dir, self.on_progress, self.draft_file
+            )
         return self._calibration
 
     def drafter(self, mode: str, prompt: Sequence[int] = ()) -> Drafter:

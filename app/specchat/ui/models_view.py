@@ -10,9 +10,10 @@ from pathlib import Path
 
 import gradio as gr
 
-from specchat.engine import BackendConfig
+from specchat.engine import BackendConfig, costmodel
 from specchat.errors import SpecchatError
 from specchat.host import EngineHost
+from specchat.launch import pair_calibration
 from specchat.logs import unexpected
 from specchat.models import catalog, download
 from specchat.models.compat import check_pair
@@ -80,11 +81,13 @@ def pairs_html(cat: catalog.Catalog, downloading: str | None = None) -> str:
             f"<td><b>{html.escape(pair.name)}</b>{default}"
             f"<div class='sc-sub'>{html.escape(pair.description)}</div></td>"
             f"<td>{html.escape(pair.target)}</td><td>{html.escape(pair.draft)}</td>"
-            f"<td>{size_text(total)}</td><td class='sc-state-{state}'>{label}</td></tr>"
+            f"<td>{size_text(total)}</td><td class='sc-state-{state}'>{label}</td>"
+            f"<td class='sc-speculation'>{html.escape(costmodel.expected_text(pair_calibration(pair.name, cat)))}</td>"
+            "</tr>"
         )
     return (
         '<table class="sc-table" id="sc-pairs"><thead><tr><th>Pair</th><th>Target</th><th>Draft</th><th>Size</th>'
-        f"<th>State</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        f"<th>State</th><th>Speculation here</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
 
 
@@ -349,7 +352,8 @@ class ModelsView:
         if unusable is not None:
             note = f"Only specchat's own catalog is listed: {unusable}"
             gr.HTML(f'<div class="sc-note" id="sc-catalog-error">{html.escape(note)}</div>')
-        pairs = gr.HTML(pairs_html(cat), elem_id="sc-pairs-view")
+        # Made anew for each page: what speculation buys with a pair here is known once the pair has loaded.
+        pairs = gr.HTML(lambda: pairs_html(self._catalog()), elem_id="sc-pairs-view")
         with gr.Row(equal_height=False, elem_classes="sc-controls"):
             offered = offered_pair if offered_pair in cat.pairs else cat.default
             pair = gr.Dropdown(list(cat.pairs), value=offered, label="Pair", scale=3, elem_id="sc-pair")
