@@ -1,4 +1,4 @@
-"""The page's live renderer of a streamed answer (LIVE_JS) in Chromium: fed OverlayStream's HTML update by update,
+"""The page's live renderer of a streamed answer (live_js) in Chromium: fed OverlayStream's HTML update by update,
 it must end with the same DOM as the whole answer's HTML, whatever the fences did on the way."""
 
 from __future__ import annotations
@@ -7,26 +7,31 @@ import random
 
 import pytest
 
-from specchat.ui.overlay import KINDS, LIVE, LIVE_JS, OverlayStream, Piece
+from specchat.ui.overlay import KINDS, LIVE, OverlayStream, Piece, live_js
 
 pytestmark = pytest.mark.browser
 
-# Runs LIVE_JS on every update in turn, then renders the final HTML the way the chat does once the answer is done.
-# Where asked to, the placeholder is rendered anew before an update, as when the chat re-renders its message.
-REPLAY = f"""([streams, fresh]) => {{
-  const live = {LIVE_JS};
+# Runs live_js on every update in turn, a tick or none between them (what arrived is shown over 3 ticks), then, once
+# all is shown, renders the final HTML the way the chat does once the answer is done. Where asked to, the placeholder
+# is rendered anew before an update, as when the chat re-renders its message.
+REPLAY = f"""async ([streams, fresh, pauses]) => {{
+  const live = {live_js(0.003, 0.001)};
+  const sleep = (ms) => new Promise((done) => setTimeout(done, ms));
   const results = [];
-  streams.forEach(([updates, final], i) => {{
+  for (const [i, [updates, final]] of streams.entries()) {{
     const chat = document.getElementById('sc-chat-overlay');
     chat.innerHTML = '<div class="bubble-wrap">{LIVE}</div>';
-    updates.forEach((html, j) => {{
+    for (const [j, html] of updates.entries()) {{
       if (fresh[i] === j) chat.firstChild.innerHTML = '{LIVE}';
       live(html);
-    }});
+      if (pauses[i][j]) await sleep(1);
+    }}
+    const box = chat.querySelector('.sc-live');
+    while (box.scQueue.length) await sleep(1);
     const whole = document.createElement('div');
     whole.innerHTML = final;
-    results.push([chat.querySelector('.sc-live').innerHTML, whole.innerHTML]);
-  }});
+    results.push([box.innerHTML, whole.innerHTML]);
+  }}
   return results;
 }}"""
 
@@ -34,7 +39,7 @@ REPLAY = f"""([streams, fresh]) => {{
 def test_the_live_answer_ends_as_the_whole_answer_renders(browser):
     rng = random.Random(2026)
     texts = ["```", "`", "~~~", "\n", "\n\n", " ", "   ", "py", "a", "x = 1", "<&>", "````", "</div>", ""]
-    streams, fresh = [], []
+    streams, fresh, pauses = [], [], []
     for _ in range(300):
         pieces = [
             Piece(rng.choice(KINDS), "".join(rng.choices(texts, k=rng.randint(0, 3))), rng.choice([None, 1, 2]))
@@ -48,9 +53,10 @@ def test_the_live_answer_ends_as_the_whole_answer_renders(browser):
             updates.append(stream.html())
         streams.append([updates, stream.html(final=True)])
         fresh.append(rng.randrange(len(updates)) if rng.random() < 0.2 else -1)
+        pauses.append([rng.random() < 0.5 for _ in updates])
     page = browser.new_page()
     page.set_content('<div id="sc-chat-overlay"></div>')
-    results = page.evaluate(REPLAY, [streams, fresh])
+    results = page.evaluate(REPLAY, [streams, fresh, pauses])
     page.close()
     mismatched = [i for i, (live, whole) in enumerate(results) if live != whole]
     assert not mismatched, (streams[mismatched[0]], results[mismatched[0]])

@@ -34,11 +34,11 @@ from specchat.ui import compare_tab
 from specchat.ui.models_view import ModelsView, model_banner
 from specchat.ui.overlay import (
     LIVE,
-    LIVE_JS,
     OverlayStream,
     Piece,
     displayable,
     legend_html,
+    live_js,
     safe_markdown,
     stylesheet,
 )
@@ -52,10 +52,16 @@ MODE_LABELS = {
     "lookup": "Prompt lookup (no draft model)",
     "plain": "Plain (target only)",
 }
-# How often a streamed answer updates the page: the browser need not see every token, and each update costs CPU time
-# in the server and the browser that llama.cpp's threads could use. Four a second halved the browser's CPU time per
-# token against 12.5 a second, with the same speed or better (docs/performance.md, "The chat tab against the CLI").
-UPDATE_INTERVAL_S = 0.25
+# How often a streamed answer updates the page: each update costs the browser CPU time (Gradio's own work on it,
+# whatever is rendered) that llama.cpp's threads could use, and on two cores every stolen slice stalls both threads.
+# Once a second, not four times, raised the chat's share of the CLI's tokens/s most (docs/performance.md, "The chat
+# tab against the CLI").
+UPDATE_INTERVAL_S = 1.0
+# How often the page shows the next few tokens of what arrived, so that the answer reads as a stream, not a line a
+# second. Each tick repaints the chat, which costs the browser too: four a second kept most of the gain above.
+REVEAL_TICK_S = 0.25
+# Until the first tokens arrive, how often to look for them: the wait for the first words is the one a user feels.
+FIRST_TOKENS_POLL_S = 0.05
 # How often the header asks the host how the model is: each ask is a request through Gradio, which costs the server
 # and the browser CPU time that a streaming answer's llama.cpp threads could use; while nothing loads, asking now and
 # then only shows a load started from another tab.
@@ -239,7 +245,7 @@ def _update(
 
 def _streamed(conv: list[dict], overlay: bool, live: str, state: str, text: str, stats: object = _UNCHANGED) -> tuple:
     """An update while an answer streams: the overlay chat keeps its placeholder for the answer (LIVE), which the
-    page fills from live (LIVE_JS), so neither chat renders the conversation again; the Markdown view, when shown,
+    page fills from live (live_js), so neither chat renders the conversation again; the Markdown view, when shown,
     renders it as usual."""
     chats = (gr.skip(), gr.skip()) if overlay else chat_views(conv, overlay)
     return (gr.skip(), conv, *chats, live, *_panels(stats), status_html(state, text))
@@ -416,10 +422,11 @@ class ChatApp:
         conv = [*asked, answer]
         try:
             yield _update("", conv, s.overlay, "generating", "Reading the prompt…")
-            last = time.perf_counter()
-            while not decoding.ended.wait(max(0.0, last + UPDATE_INTERVAL_S - time.perf_counter())):
+            last, interval = time.perf_counter(), FIRST_TOKENS_POLL_S
+            while not decoding.ended.wait(max(0.0, last + interval - time.perf_counter())):
                 last = time.perf_counter()
                 if new := decoding.take():
+                    interval = UPDATE_INTERVAL_S
                     _add(answer, stream, new)
                     stats = new[-1].stats
                     text = f"Generating… {stats.tokens} tokens"
@@ -536,7 +543,7 @@ def build_app(
                             regen = gr.Button("Regenerate", size="sm", elem_id="sc-regenerate")
                             clear = gr.Button("Clear", size="sm", elem_id="sc-clear")
                         status = gr.HTML(status_html("idle", ""), elem_id="sc-status")
-                        # Carries the streamed answer's overlay HTML to LIVE_JS; never shown.
+                        # Carries the streamed answer's overlay HTML to live_js; never shown.
                         live = gr.Textbox(visible=False)
                     with gr.Column(scale=1, min_width=300):
                         stats = gr.HTML(stats_html(None), elem_id="sc-stats")
@@ -565,7 +572,7 @@ def build_app(
             clearing(app.stop, None, None, queue=False).then(
                 app.clear, [overlay_switch], [conv, overlay_chat, md_chat, live, stats, plot, status], cancels=runs
             )
-        live.change(None, live, None, js=LIVE_JS, queue=False)
+        live.change(None, live, None, js=live_js(UPDATE_INTERVAL_S, REVEAL_TICK_S), queue=False)
         overlay_switch.change(app.switch_view, [conv, overlay_switch], [overlay_chat, md_chat], show_progress="hidden")
         for control in setting_inputs:
             control.change(app.save, setting_inputs, None, show_progress="hidden", queue=False)

@@ -184,26 +184,35 @@ class OverlayStream:
                 yield last, _CODE_END
 
 
-# The answer being streamed, in the overlay chat: a placeholder that LIVE_JS fills, so that the chat's own component
+# The answer being streamed, in the overlay chat: a placeholder that live_js fills, so that the chat's own component
 # (which renders a message's whole HTML again on every change) renders it once, when the answer is done.
 LIVE = '<div class="sc-live"></div>'
 _LIVE_TAGS = "|".join(re.escape(tag).replace("/", r"\/") for tag in (_OPEN, _CODE_START, _CODE_END, "</div>"))
-# Given OverlayStream.html() as it grows, appends to the placeholder what is new since the last call: HTML that grows
-# by appending becomes nodes appended where the open tags leave off, and anything else (a fence that changed the last
-# line, a placeholder rendered anew) is rendered from the start. Keeps the chat at its end if it was there.
-LIVE_JS = f"""(html) => {{
+
+
+def live_js(reveal_s: float, tick_s: float) -> str:
+    """The page's renderer of a streamed answer: given OverlayStream.html() as it grows, it fills the placeholder.
+    HTML that grows by appending becomes nodes appended where the open tags leave off; anything else (a fence that
+    changed the last line, a placeholder rendered anew) is rendered from the start. What arrives is shown a few
+    tokens every tick_s seconds, all of it within reveal_s (the time to the next update), so that an answer sent
+    to the page a few times a second still reads as a stream. Keeps the chat at its end if it was there."""
+    ticks = max(1, round(reveal_s / tick_s))
+    return f"""(html) => {{
   const box = document.querySelector('#sc-chat-overlay .sc-live');
   if (!box || !html) return;
-  const scroller = box.closest('.bubble-wrap');
-  const atEnd = scroller && scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 48;
   if (!box.scStack || !html.startsWith(box.scShown)) {{
     box.replaceChildren();
     box.scStack = [box];
     box.scShown = '';
+    box.scQueue = [];
   }}
-  const stack = box.scStack;
   for (const part of html.slice(box.scShown.length).split(/({_LIVE_TAGS})/)) {{
-    if (!part) continue;
+    if (part) box.scQueue.push(...part.split(/(?=<span )/));
+  }}
+  box.scShown = html;
+  box.scPerTick = Math.ceil(box.scQueue.length / {ticks});
+  const show = (part) => {{
+    const stack = box.scStack;
     const top = stack[stack.length - 1];
     if (part === '{_OPEN}') {{
       const div = document.createElement('div');
@@ -222,9 +231,15 @@ LIVE_JS = f"""(html) => {{
     }} else {{
       top.insertAdjacentHTML('beforeend', part);
     }}
-  }}
-  box.scShown = html;
-  if (atEnd) scroller.scrollTop = scroller.scrollHeight;
+  }};
+  const tick = () => {{
+    const scroller = box.closest('.bubble-wrap');
+    const atEnd = scroller && scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 48;
+    for (let n = box.scPerTick; n > 0 && box.scQueue.length; n--) show(box.scQueue.shift());
+    if (atEnd) scroller.scrollTop = scroller.scrollHeight;
+    box.scTimer = box.scQueue.length && box.isConnected ? setTimeout(tick, {tick_s * 1000:.0f}) : 0;
+  }};
+  if (!box.scTimer) tick();
 }}"""
 
 
