@@ -243,7 +243,7 @@ def _update(
     return (shown, conv, *chat_views(conv, overlay), "", *_panels(stats), status_html(state, text))
 
 
-def _streamed(conv: list[dict], overlay: bool, live: str, state: str, text: str, stats: object = _UNCHANGED) -> tuple:
+def _streamed(conv: list[dict], overlay: bool, live: str, state: str, text: str, stats: Stats) -> tuple:
     """An update while an answer streams: the overlay chat keeps its placeholder for the answer (LIVE), which the
     page fills from live (live_js), so neither chat renders the conversation again; the Markdown view, when shown,
     renders it as usual."""

@@ -213,23 +213,16 @@ def live_js(reveal_s: float, tick_s: float) -> str:
   box.scPerTick = Math.ceil(box.scQueue.length / {ticks});
   const show = (part) => {{
     const stack = box.scStack;
-    const top = stack[stack.length - 1];
-    if (part === '{_OPEN}') {{
-      const div = document.createElement('div');
-      div.className = 'sc-overlay';
-      top.append(div);
-      stack.push(div);
-    }} else if (part === '{_CODE_START}') {{
-      const pre = document.createElement('pre');
-      const code = document.createElement('code');
-      pre.className = 'sc-code';
-      pre.append(code);
-      top.append(pre);
-      stack.push(code);
-    }} else if (part.startsWith('</')) {{
+    if (part.startsWith('</')) {{
       if (stack.length > 1) stack.pop();
-    }} else {{
-      top.insertAdjacentHTML('beforeend', part);
+      return;
+    }}
+    stack[stack.length - 1].insertAdjacentHTML('beforeend', part);
+    if (part === '{_OPEN}' || part === '{_CODE_START}') {{
+      // An opening tag, parsed alone, is an element closed at once: what follows goes inside its innermost.
+      let opened = stack[stack.length - 1].lastElementChild;
+      while (opened.lastElementChild) opened = opened.lastElementChild;
+      stack.push(opened);
     }}
   }};
   const tick = () => {{
