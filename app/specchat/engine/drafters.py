@@ -43,8 +43,11 @@ class ModelDrafter(Drafter):
     def __init__(self, model: LlamaModel, n_vocab: int):
         super().__init__(n_vocab)  # compat allows the draft a few padding rows more or less
         self.model = model
-        # Optional early stop: (drafted so far, k, the draft's probability of its latest token) -> draft more?
-        self.stop_rule: Callable[[int, int, float], bool] | None = None
+        # Optional gate, asked before each draft token: (drafted so far, k, the draft's top probability at the next
+        # position, its top token there) -> draft it? It may decline the first: the step is then a plain one. It
+        # reads the distribution, not the token drawn from it, so that the draft's length is settled before its
+        # tokens are drawn, which keeps sampled acceptance exact (dropping a token for its own draw would bias it).
+        self.go_on: Callable[[int, int, float, int], bool] | None = None
 
     def prefill(self, context: list[int]) -> None:
         self.model.eval_prefix(context[:-1] or context)
@@ -70,25 +73,29 @@ class ModelDrafter(Drafter):
         logits = self.model.eval_prefix(context)
         while True:
             logits = self._fit(logits)
-            if params.greedy:  # greedy drafts are one-hot rows, which verify() takes as None
-                p, token = None, int(np.argmax(logits))
+            p = None if params.greedy else probabilities(logits, params)
+            top = int(np.argmax(logits))
+            if self.go_on is not None and not self.go_on(len(tokens), k, _sureness(logits, p), top):
+                break
+            if p is None:  # greedy drafts are one-hot rows, which verify() takes as None
+                tokens.append(top)
             else:
-                p = probabilities(logits, params)
-                token = sample(p, rng)
+                tokens.append(sample(p, rng))
                 rows.append(p)
-            tokens.append(token)
-            full = len(tokens) == k
-            if full or (self.stop_rule and not self.stop_rule(len(tokens), k, _confidence(logits, p, token))):
-                return Proposal(tokens, np.stack(rows) if rows else None, self.name)
-            logits = self.model.decode([token])[0]
+            if len(tokens) == k:
+                break
+            logits = self.model.decode([tokens[-1]])[0]
+        return Proposal(tokens, np.stack(rows) if rows else None, self.name)
 
 
-def _confidence(logits: np.ndarray, p: np.ndarray | None, token: int) -> float:
-    """The draft's probability for its token; greedy (p None) or one-hot rows: the untempered softmax's."""
-    if p is not None and p[token] < 1.0:
-        return float(p[token])
+def _sureness(logits: np.ndarray, p: np.ndarray | None) -> float:
+    """The draft's top probability: about how often the target takes its token (on the built-in suite's greedy
+    answers the two agree within a few points at every level). Greedy (p None) or one-hot rows: the untempered
+    softmax's."""
+    if p is not None and p.max() < 1.0:
+        return float(p.max())
     z = np.exp(logits - logits.max())
-    return float(z[token] / z.sum())
+    return float(1.0 / z.sum())
 
 
 # How far past the latest accepted copy a match still counts as that copy resuming: an edit replaces a few
