@@ -51,6 +51,7 @@ def main(variants: dict[str, AutoPolicy] | None = None) -> None:
         if variant != "plain":
             engine.policy = variants[variant]
         engine._auto = None  # a fresh conversation each run
+        engine.answers.clear()  # and no earlier answers: each prompt on its own
         mode = "plain" if variant == "plain" else "auto"
         settings = GenerationSettings(mode=mode, max_tokens=args.max_tokens)
         stats = list(engine.chat(item.messages, settings))[-1].stats

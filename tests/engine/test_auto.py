@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from helpers import DESIGN_R
+from specchat.bench.compare import NEAR_TIE_LOGITS
 from specchat.engine import DEFAULT_POLICY, Engine, GenerationSettings, VerifyStep
 from specchat.engine.calibration import (
     BATCH_SIZES,
@@ -110,9 +111,35 @@ def test_auto_drafts_with_the_model_where_drafts_are_cheap_and_stays_exact(tiny)
     for step in by_model:
         if step.n_accepted < len(step.drafts):
             row = step.logits[step.n_accepted]
-            assert row.max() - row[step.drafts[step.n_accepted]] < 0.25
+            assert row.max() - row[step.drafts[step.n_accepted]] < NEAR_TIE_LOGITS
     for _, step in steps:
         assert step.drafts[: step.n_accepted] == step.logits.argmax(axis=1)[: step.n_accepted].tolist()
+
+
+def test_auto_copies_from_an_earlier_answer_to_another_request(tiny):
+    real = tiny.calibration()
+    tiny._calibration = Calibration(real.t1, {n: 1.0 + 0.02 * n for n in range(2, K_MAX + 2)}, 0.1, real.key)
+    tiny.policy = replace(DEFAULT_POLICY, cost_weight=0.0)
+    first = tiny.text_prompt("The old lighthouse keeper wrote in his diary every night.")
+    try:
+        answer = [event.token for event in tiny.generate_tokens(first, GenerationSettings("plain", max_tokens=40))]
+        # Another request picks up the middle of that answer: what follows is in no prompt, only in the answer.
+        second = [*first, *answer[:15]]
+        steps = []
+        tiny.on_verify = lambda step: steps.append((tiny.last_stats.strategy, step))
+        list(tiny.generate_tokens(second, GenerationSettings("auto", max_tokens=20)))
+        copied = [step for strategy, step in steps if strategy.startswith("earlier answers")]
+        assert sum(step.n_accepted for step in copied) >= 5, [strategy for strategy, _ in steps]
+        for _, step in steps:
+            assert step.drafts[: step.n_accepted] == step.logits.argmax(axis=1)[: step.n_accepted].tolist()
+        # The same request asked again is answered anew, not from its own earlier answer, nor from a cleared one.
+        tiny.answers.clear()
+        tiny.answers.add(second, answer[15:])
+        steps.clear()
+        list(tiny.generate_tokens(second, GenerationSettings("auto", max_tokens=20)))
+        assert steps and not any(strategy.startswith("earlier answers") for strategy, _ in steps)
+    finally:
+        tiny._calibration, tiny.policy, tiny.on_verify = real, DEFAULT_POLICY, None
 
 
 def test_auto_runs_by_the_policy_the_engine_is_given(tiny):

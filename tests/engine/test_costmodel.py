@@ -23,7 +23,7 @@ from specchat.engine.costmodel import (
     speedup,
     speedups,
 )
-from specchat.engine.drafters import RESUME_WINDOW, LookupDrafter, ModelDrafter
+from specchat.engine.drafters import RESUME_WINDOW, EarlierAnswers, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
 from specchat.engine.policy import DEFAULT_POLICY, AutoPolicy
 from specchat.engine.sampling import SamplingParams
@@ -153,6 +153,45 @@ def test_lookup_finds_what_its_definition_says(first, more, n_min, extra, k, acc
     copied_to = start + accepted if drafts and accepted else -RESUME_WINDOW - 1
     drafts, _ = lookup_by_definition(first + more, k, n_min, n_min + extra, copied_to)
     assert drafter.find(first + more, k) == drafts
+
+
+def earlier_by_definition(answers, asked, context, k, n_min, n_max, max_tokens) -> list[int]:
+    """Copying from earlier answers spelled out: the newest answers that fit in max_tokens, less those to the prompt
+    asked now; the longest match of the context's end (n_min to n_max tokens, shorter than the context) in any of
+    them; of its occurrences that an answer goes on after, the newest; what follows it there, up to k tokens."""
+    kept, size = [], 0
+    for prompt, answer in reversed([(p, a) for p, a in answers if len(a) <= max_tokens]):
+        size += len(answer)
+        if size > max_tokens:
+            break
+        kept.insert(0, (prompt, answer))
+    others = [answer for prompt, answer in kept if prompt != asked]
+    for n in range(min(n_max, len(context) - 1), n_min - 1, -1):
+        ends = [(a, end) for a in others for end in range(n, len(a) + 1) if a[end - n : end] == context[-n:]]
+        if ends:
+            going_on = [a[end : end + k] for a, end in ends if end < len(a)]
+            return going_on[-1] if going_on else []
+    return []
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    answers=st.lists(st.tuples(st.integers(0, 2), st.lists(st.integers(0, 3), min_size=1, max_size=30)), max_size=6),
+    context=st.lists(st.integers(0, 3), min_size=1, max_size=12),
+    n_min=st.integers(1, 3),
+    extra=st.integers(0, 3),
+    k=st.integers(1, 8),
+    max_tokens=st.integers(1, 80),
+)
+def test_earlier_answers_offer_what_their_definition_says(answers, context, n_min, extra, k, max_tokens):
+    pool = EarlierAnswers(max_tokens)
+    for prompt, answer in answers:
+        pool.add([prompt], answer)
+    copied, n = pool.for_prompt([0]).find(context, k, n_min, n_min + extra)
+    assert copied == earlier_by_definition(answers, 0, context, k, n_min, n_min + extra, max_tokens)
+    assert (n >= n_min) == bool(copied)
+    pool.clear()
+    assert pool.for_prompt([0]).find(context, k, n_min, n_min + extra) == ([], 0)
 
 
 def judge(drafter: AutoDrafter, n_drafted: int, n_accepted: int) -> None:

@@ -104,6 +104,8 @@ def benchmark(
         order = list(configs) if repeat % 2 == 0 else list(reversed(configs))
         for item in items:
             for mode, k in order:
+                # Each prompt on its own: another prompt's answer in this suite is no user's earlier request.
+                engine.answers.clear()
                 for _ in engine.chat(item.messages, make_settings(mode, k, repeat)):
                     pass
                 stats = engine.last_stats.to_dict()

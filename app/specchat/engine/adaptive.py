@@ -17,7 +17,7 @@ import numpy as np
 
 from specchat.engine.calibration import BATCH_SIZES, K_MAX, Calibration
 from specchat.engine.costmodel import interpolate_r, speedups, step_cost
-from specchat.engine.drafters import Drafter, LookupDrafter, ModelDrafter, Proposal
+from specchat.engine.drafters import Corpus, Drafter, EarlierAnswers, LookupDrafter, ModelDrafter, Proposal
 from specchat.engine.policy import DEFAULT_POLICY, AutoPolicy
 from specchat.engine.sampling import SamplingParams
 
@@ -179,8 +179,10 @@ class AutoDrafter(Drafter):
         model: ModelDrafter | None,
         costs: LiveCosts | None = None,
         policy: AutoPolicy = DEFAULT_POLICY,
+        earlier: EarlierAnswers | None = None,
     ):
-        """costs: what earlier generations learned of this calibration's costs (they belong to the machine)."""
+        """costs: what earlier generations learned of this calibration's costs (they belong to the machine);
+        earlier: answers to other requests, to copy from too."""
         super().__init__(lookup.n_vocab)
         self.calibration, self.policy = calibration, policy
         self.costs = costs or LiveCosts(calibration, policy.cost_weight)
@@ -209,7 +211,17 @@ class AutoDrafter(Drafter):
             if model
             else None
         )
-        self.sources = [*self.lookup_sources.values(), self.resume_source, *([self.model_source] if model else [])]
+        self.earlier = earlier
+        self.earlier_source = Source(
+            "earlier answers (a match in another request's answer)", 0.0, policy.earlier_prior, policy.k_long, policy
+        )
+        self._corpus: Corpus | None = None  # the earlier answers this generation may copy from
+        self.sources = [
+            *self.lookup_sources.values(),
+            self.resume_source,
+            *([self.earlier_source] if earlier is not None else []),
+            *([self.model_source] if model else []),
+        ]
         self.decoding_s = 0.0  # drafting and verifying so far: what the probing allowance is a share of
         self._last: tuple[Source | None, bool] = (None, False)
         # The latest lookup proposal from a likely copy that was left undrafted: its source, where in the context
@@ -226,6 +238,7 @@ class AutoDrafter(Drafter):
 
     def prefill(self, context: list[int]) -> None:
         self._shadow = self._declined = None  # a new turn's text did not follow them
+        self._corpus = self.earlier.for_prompt(context) if self.earlier is not None else None
         # Reading the prompt is most of a draft model's catch-up: do it now only if the model is expected to pay
         # from the start. Otherwise its first probe catches up, at the probe's own expense.
         if self.model is not None and self.model_source.plan(self.r, self.policy.k_max, self.policy.model_min_gain)[0]:
@@ -256,6 +269,15 @@ class AutoDrafter(Drafter):
                 return step
             if band >= policy.copy_match and policy.judge_shadow:
                 self._shadow = (source, len(context), found[0])
+        if self._corpus is not None and (not found or self.lookup.match_len < policy.copy_match):
+            copied, _ = self._corpus.find(context, k, policy.copy_match, policy.lookup_bands[-1])
+            if copied:
+                source = self.earlier_source
+                step = self._try(
+                    source, len(copied), policy.min_gain, lambda n: Proposal(copied[:n], None, source.name)
+                )
+                if step is not None:
+                    return step
         k = min(k, policy.k_max)  # only a copy in progress is right often enough for longer drafts to pay
         if self.model_source is not None:
             min_gain = policy.min_gain if self.model.behind(context) <= k else policy.model_min_gain
@@ -345,7 +367,7 @@ class AutoDrafter(Drafter):
             if source is self.model_source:
                 for i, sureness in enumerate(self._sureness[: min(n_accepted + 1, n_drafted)]):
                     self.scale.update(sureness, i < n_accepted)
-            if source is not self.model_source:
+            if source is not self.model_source and source is not self.earlier_source:
                 self.lookup.observe(n_drafted, n_accepted)
             if probing:  # what the probe lost (or won) against plain steps for the tokens it gave
                 source.probe_loss_s += step_s - (n_accepted + 1) * self.costs.t1

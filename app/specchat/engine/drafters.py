@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,6 +99,90 @@ def _sureness(logits: np.ndarray, p: np.ndarray | None) -> float:
     return float(1.0 / z.sum())
 
 
+def match_ends(
+    ids: np.ndarray, tokens: Sequence[int], needle: Sequence[int], n_min: int, n_max: int
+) -> tuple[list[int], int]:
+    """Where the windows of a token sequence equal to needle's last n tokens end, for the longest n from n_min to
+    n_max that matches somewhere, and that n; ([], 0) where none does. ids and tokens hold the same sequence, as an
+    array and as a list.
+
+    This runs at every step of auto mode, right after a decode has flushed the CPU's caches, where each numpy call
+    costs far more than its arithmetic (sliding_window_view and a numpy extension loop took 0.24 ms a step): numpy
+    for the one scan of the whole sequence, plain Python on the few matches it finds.
+    """
+    n, n_max = n_min, min(n_max, len(needle) - 1)
+    size = len(ids)
+    if n > n_max or n > size:
+        return [], 0
+    match = ids[: size - n + 1] == needle[-n]
+    for j in range(1, n):
+        match &= ids[j : size - n + 1 + j] == needle[-n + j]
+    ends = (np.flatnonzero(match) + n).tolist()
+    # Longer matches are among these: extend them while the token before still matches.
+    while ends and n < n_max:
+        before = needle[-n - 1]
+        longer = [end for end in ends if end > n and tokens[end - n - 1] == before]
+        if not longer:
+            break
+        ends, n = longer, n + 1
+    return (ends, n) if ends else ([], 0)
+
+
+class EarlierAnswers:
+    """Answers this process gave before, for auto mode to copy from: agents and editors send the same files again
+    and get much the same answers, in requests that share no context. The oldest go first past max_tokens. An
+    answer is offered to other prompts only: a prompt asked again (a benchmark's repeat, a retry) is answered anew,
+    not from its own earlier answer."""
+
+    def __init__(self, max_tokens: int):
+        self.max_tokens = max_tokens
+        self._answers: deque[tuple[int, list[int]]] = deque()  # (the prompt's hash, the answer)
+        self._size = 0
+
+    def add(self, prompt: list[int], answer: list[int]) -> None:
+        if not answer or len(answer) > self.max_tokens:
+            return
+        self._answers.append((hash(tuple(prompt)), list(answer)))
+        self._size += len(answer)
+        while self._size > self.max_tokens:
+            self._size -= len(self._answers.popleft()[1])
+
+    def clear(self) -> None:
+        self._answers.clear()
+        self._size = 0
+
+    def for_prompt(self, prompt: list[int]) -> Corpus:
+        """The answers to other prompts, newest last, as one sequence to search (SEPARATOR between answers)."""
+        key = hash(tuple(prompt))
+        tokens: list[int] = []
+        for asked, answer in self._answers:
+            if asked != key:
+                tokens += [SEPARATOR, *answer]
+        return Corpus(tokens)
+
+
+SEPARATOR = -1  # between answers in a Corpus: no token id, so no match spans two answers
+
+
+class Corpus:
+    """Earlier answers to search for the context's last n-gram."""
+
+    def __init__(self, tokens: list[int]):
+        self.tokens, self.ids = tokens, np.asarray(tokens, dtype=np.int64)
+
+    def find(self, context: list[int], k: int, n_min: int, n_max: int) -> tuple[list[int], int]:
+        """Up to k tokens that followed the context's last n-gram (n_min to n_max, longest first) in the newest
+        answer that has it, and n; ([], 0) where none does."""
+        ends, n = match_ends(self.ids, self.tokens, context, n_min, n_max)
+        ends = [end for end in ends if end < len(self.tokens) and self.tokens[end] != SEPARATOR]  # not an answer's end
+        if not ends:
+            return [], 0
+        copied = self.tokens[ends[-1] : ends[-1] + k]
+        if SEPARATOR in copied:
+            copied = copied[: copied.index(SEPARATOR)]
+        return copied, n
+
+
 # How far past the latest accepted copy a match still counts as that copy resuming: an edit replaces a few
 # tokens of the input, then the output goes on repeating it. On the built-in suite's greedy answers, a 2- or
 # 3-token match there was right 60-70% of the time; elsewhere 44%.
@@ -123,26 +208,8 @@ class LookupDrafter(Drafter):
         self.resuming = False  # whether the latest proposal's source lies just past the latest accepted copy
 
     def find(self, context: list[int], k: int) -> list[int]:
-        ids = np.asarray(context)
-        size = len(ids)
-        n, n_max = self.ngram_min, min(self.ngram_max, size - 1)
-        if n > n_max:
-            return []
-        # This runs at every step of auto mode, right after a decode has flushed the CPU's caches, where each
-        # numpy call costs far more than its arithmetic (sliding_window_view and a numpy extension loop took
-        # 0.24 ms a step): numpy for the one scan of the whole context, plain Python on the few matches it finds.
-        # Where each earlier window equal to the last ngram_min tokens ends (the suffix itself excluded):
-        match = ids[: size - n] == ids[size - n]
-        for j in range(1, n):
-            match &= ids[j : size - n + j] == ids[size - n + j]
-        ends = (np.flatnonzero(match) + n).tolist()
-        # Longer matches are among these: extend them while the token before still matches.
-        while ends and n < n_max:
-            before = context[-n - 1]
-            longer = [end for end in ends if end > n and context[end - n - 1] == before]
-            if not longer:
-                break
-            ends, n = longer, n + 1
+        # The context but its last token is searched: the suffix itself is no earlier occurrence.
+        ends, n = match_ends(np.asarray(context[:-1]), context, context, self.ngram_min, self.ngram_max)
         if not ends:
             return []
         near = [end for end in ends if self._copied_to < end <= self._copied_to + self.resume_window]

@@ -57,6 +57,12 @@ class AutoPolicy:
     tracker_decay: float = 0.9
     # How far each measured step moves the live costs from calibration's toward what steps really take (061b251).
     cost_weight: float = 0.2
+    # Earlier answers (to other prompts) auto may copy from, in tokens: bounded, since each step scans them all;
+    # 0: none are kept.
+    earlier_tokens: int = 16384
+    # Prior acceptance (first position, later ones) of a match of copy_match tokens or more in an earlier answer: set,
+    # not measured; a copy less often than such a match in this conversation (the 4-gram band's 0.8).
+    earlier_prior: tuple[float, float] = (0.6, 0.8)
     # Whether plain steps judge the undrafted proposal of a likely copy: evidence for free (85839ed, zen5-shadow-ab).
     judge_shadow: bool = True
 

@@ -18,7 +18,7 @@ import numpy as np
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
 from specchat.engine.calibration import Calibration, load_or_measure
 from specchat.engine.draft_copy import choose_draft
-from specchat.engine.drafters import Drafter, LookupDrafter, ModelDrafter
+from specchat.engine.drafters import Drafter, EarlierAnswers, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
 from specchat.engine.policy import DEFAULT_POLICY, AutoPolicy
 from specchat.engine.sampling import ProbabilityRows, SamplingParams, check_range
@@ -83,6 +83,8 @@ class Engine:
         self.target = target
         self.draft = draft
         self.policy = policy  # auto mode's (policy.py)
+        # What this engine answered before, in any mode, for auto mode to copy from in other requests.
+        self.answers = EarlierAnswers(policy.earlier_tokens)
         self.lock = threading.Lock()
         self.last_stats: Stats | None = None
         # Sees every verify step with the target's raw logits: for tests and diagnostics, off by default.
@@ -201,7 +203,8 @@ class Engine:
     def _new_auto_drafter(self, calibration: Calibration, costs: LiveCosts | None) -> AutoDrafter:
         n_vocab = self.target.n_vocab
         model = ModelDrafter(self.draft, n_vocab) if self.draft is not None else None
-        return AutoDrafter(calibration, auto_lookup(n_vocab, self.policy), model, costs, self.policy)
+        earlier = self.answers if self.policy.earlier_tokens > 0 else None
+        return AutoDrafter(calibration, auto_lookup(n_vocab, self.policy), model, costs, self.policy, earlier)
 
     def generate_tokens(self, prompt: list[int], settings: GenerationSettings) -> Iterator[TokenEvent]:
         """Checks run now (fail fast); decoding starts at the first next()."""
@@ -279,5 +282,6 @@ class Engine:
                     if stats.finish_reason is not None:
                         break
         finally:
+            self.answers.add(prompt, context[len(prompt) :])
             stats.finish_reason = stats.finish_reason or "closed"
             stats.ended = time.perf_counter()
