@@ -187,11 +187,12 @@ def test_earlier_answers_offer_what_their_definition_says(answers, context, n_mi
     pool = EarlierAnswers(max_tokens)
     for prompt, answer in answers:
         pool.add([prompt], answer)
-    copied, n = pool.for_prompt([0]).find(context, k, n_min, n_min + extra)
+    corpus = pool.for_prompt([0])
+    copied, n = corpus.find(context, k, n_min, n_min + extra) if corpus is not None else ([], 0)
     assert copied == earlier_by_definition(answers, 0, context, k, n_min, n_min + extra, max_tokens)
     assert (n >= n_min) == bool(copied)
     pool.clear()
-    assert pool.for_prompt([0]).find(context, k, n_min, n_min + extra) == ([], 0)
+    assert pool.for_prompt([0]) is None
 
 
 def judge(drafter: AutoDrafter, n_drafted: int, n_accepted: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
@@ -130,6 +131,10 @@ class SurenessScale:
         self.sureness = self.sureness * self.decay + sureness
 
 
+def _judge_first(tracker: AcceptanceTracker, accepted: bool) -> None:
+    tracker.update(1, int(accepted))
+
+
 class Source:
     """One way of drafting, with its acceptance and its cost per draft token in target steps."""
 
@@ -224,20 +229,17 @@ class AutoDrafter(Drafter):
         ]
         self.decoding_s = 0.0  # drafting and verifying so far: what the probing allowance is a share of
         self._last: tuple[Source | None, bool] = (None, False)
-        # The latest lookup proposal from a likely copy that was left undrafted: its source, where in the context
-        # its first token would have gone, and that token.
-        self._shadow: tuple[Source, int, int] | None = None
+        # First tokens the latest step proposed but left undrafted (a likely copy's, the draft model's when unsure):
+        # where in the context each would have gone, the token, and what learns from the target's verdict on it.
+        self._undrafted: list[tuple[int, int, Callable[[bool], None]]] = []
+        self._at = 0  # where the current proposal's first token goes
         self._sureness: list[float] = []  # the draft model's top probability at each position of its current draft
         self.scale = SurenessScale(policy.model_prior_weight, policy.tracker_decay)
-        # The draft model's first token that the latest step declined: where in the context it would have gone, the
-        # token and its sureness, judged by what the target gives there (evidence for free, as for _shadow).
-        self._declined: tuple[int, int, float] | None = None
-        self._at = 0  # where the current proposal's first token goes
         if model is not None:
             model.go_on = self._worth_drafting
 
     def prefill(self, context: list[int]) -> None:
-        self._shadow = self._declined = None  # a new turn's text did not follow them
+        self._undrafted = []  # a new turn's text did not follow them
         self._corpus = self.earlier.for_prompt(context) if self.earlier is not None else None
         # Reading the prompt is most of a draft model's catch-up: do it now only if the model is expected to pay
         # from the start. Otherwise its first probe catches up, at the probe's own expense.
@@ -247,12 +249,7 @@ class AutoDrafter(Drafter):
     def propose(self, context, k, params: SamplingParams, rng) -> Proposal:
         policy = self.policy
         self._last = (None, False)
-        self._judge_shadow(context)
-        if self._declined is not None:
-            at, token, sureness = self._declined
-            if at < len(context):
-                self.scale.update(sureness, context[at] == token)
-            self._declined = None
+        self._judge_undrafted(context)
         self._at = len(context)
         k = min(k, policy.k_long)
         if k <= 0:
@@ -268,7 +265,7 @@ class AutoDrafter(Drafter):
             if step is not None:
                 return step
             if band >= policy.copy_match and policy.judge_shadow:
-                self._shadow = (source, len(context), found[0])
+                self._undrafted.append((len(context), found[0], partial(_judge_first, source.tracker)))
         if self._corpus is not None and (not found or self.lookup.match_len < policy.copy_match):
             copied, _ = self._corpus.find(context, k, policy.copy_match, policy.lookup_bands[-1])
             if copied:
@@ -286,20 +283,22 @@ class AutoDrafter(Drafter):
                 return step
         return Proposal([], None, self._explain_plain(k))
 
-    def _judge_shadow(self, context: list[int]) -> None:
-        """Judge the undrafted proposal of a likely copy by the token the target went on to give: evidence for free
-        where a draft would have cost a verify batch, so that a source that does not pay at its prior can learn
-        that it does. A one-hot draft token passes with the target's probability for it, the probability with which
-        the target chooses it itself, so this is the evidence a draft's first position would have given. Only the
+    def _judge_undrafted(self, context: list[int]) -> None:
+        """Judge the first tokens left undrafted by the token the target went on to give: evidence for free where a
+        draft would have cost a verify batch. A one-hot draft token passes with the target's probability for it, the
+        probability with which the target chooses it itself, so this is the evidence a draft's first position would
+        have given.
+
+        A likely copy's proposal that did not pay at its band's rates lets the band learn that it does. Only the
         first position: the later ones of one copy are one event, not many (counted each, a 15-token copy seen once
         made 4-gram matches bet 15 drafts where batches cost near n steps, and lose: 0.92x on an edit replayed at a
         Zen 5's costs). Chance repeats (matches shorter than copy_match) are left out: their first token passes often
-        enough in prose to make them draft more, and lose (QA 0.97x replayed at a Zen 3's costs)."""
-        if self._shadow is not None:
-            source, at, token = self._shadow
+        enough in prose to make them draft more, and lose (QA 0.97x replayed at a Zen 3's costs). A first token the
+        draft model declined tells how far its sureness can be trusted, where it is low."""
+        for at, token, learn in self._undrafted:
             if at < len(context):
-                source.tracker.update(1, int(context[at] == token))
-                self._shadow = None
+                learn(context[at] == token)
+        self._undrafted = [pending for pending in self._undrafted if pending[0] >= len(context)]
 
     def _try(self, source: Source, k_max: int, min_gain: float, draft: Callable[[int], Proposal]) -> Proposal | None:
         k_max = min(k_max, source.k_max)
@@ -338,9 +337,9 @@ class AutoDrafter(Drafter):
         sureness: the draft's top probability at the next position, and token its top token. Scaled by how the
         target has judged the draft's sureness so far, it bounds the position's acceptance from above: the average
         acceptance of a position says little of one token, and each step then drafts where the draft is sure and
-        stops where it is not (on a 7B-cost target, QA and RAG replayed at 1.16x and 1.18x plain against 1.02x
-        drafting the first token always). Longer drafts are compared too, not just the next one: a batch of n+2 can
-        cost less than one of n+1 (llama.cpp switches kernels).
+        stops where it is not (docs/experiments.md, "Variants of the draft model's sureness gate"). Longer drafts
+        are compared too, not just the next one: a batch of n+2 can cost less than one of n+1 (llama.cpp switches
+        kernels).
         """
         source = self.model_source
         if n_drafted == 0:
@@ -351,7 +350,7 @@ class AutoDrafter(Drafter):
         s = speedups(rates, source.cost, self.r)
         go = max(s[n_drafted:], default=0.0) > (s[n_drafted - 1] if n_drafted else 1.0)
         if not go and n_drafted == 0:
-            self._declined = (self._at, token, sureness)
+            self._undrafted.append((self._at, token, partial(self.scale.update, sureness)))
         return go
 
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:

@@ -75,7 +75,7 @@ class ModelDrafter(Drafter):
         while True:
             logits = self._fit(logits)
             p = None if params.greedy else probabilities(logits, params)
-            top = int(np.argmax(logits))
+            top = int(np.argmax(logits)) if p is None or self.go_on is not None else None
             if self.go_on is not None and not self.go_on(len(tokens), k, _sureness(logits, p), top):
                 break
             if p is None:  # greedy drafts are one-hot rows, which verify() takes as None
@@ -151,14 +151,15 @@ class EarlierAnswers:
         self._answers.clear()
         self._size = 0
 
-    def for_prompt(self, prompt: list[int]) -> Corpus:
-        """The answers to other prompts, newest last, as one sequence to search (SEPARATOR between answers)."""
+    def for_prompt(self, prompt: list[int]) -> Corpus | None:
+        """The answers to other prompts, newest last, as one sequence to search (SEPARATOR between answers); None
+        where there are none."""
         key = hash(tuple(prompt))
         tokens: list[int] = []
         for asked, answer in self._answers:
             if asked != key:
                 tokens += [SEPARATOR, *answer]
-        return Corpus(tokens)
+        return Corpus(tokens) if tokens else None
 
 
 SEPARATOR = -1  # between answers in a Corpus: no token id, so no match spans two answers
@@ -209,7 +210,7 @@ class LookupDrafter(Drafter):
 
     def find(self, context: list[int], k: int) -> list[int]:
         # The context but its last token is searched: the suffix itself is no earlier occurrence.
-        ends, n = match_ends(np.asarray(context[:-1]), context, context, self.ngram_min, self.ngram_max)
+        ends, n = match_ends(np.asarray(context)[:-1], context, context, self.ngram_min, self.ngram_max)
         if not ends:
             return []
         near = [end for end in ends if self._copied_to < end <= self._copied_to + self.resume_window]
