@@ -31,6 +31,7 @@ import argparse
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -53,18 +54,26 @@ class Answer:
     tokens: list[int]  # the target's plain greedy answer
     guesses: list[int]  # the draft's greedy token at each position of the answer, given the answer before it
     sureness: list[float]  # the draft's probability for that token
+    seconds: list[int] | None = None  # the draft's second choice there (recordings before the branch ceiling lack it)
 
 
-def record(engine: Engine, prompt: list[int], max_tokens: int) -> tuple[list[int], list[int], list[float]]:
+def record(engine: Engine, prompt: list[int], max_tokens: int) -> tuple[list[int], list[int], list[float], list[int]]:
     answer = [
         event.token for event in engine.generate_tokens(prompt, GenerationSettings("plain", max_tokens=max_tokens))
     ]
-    draft = engine.draft
+    return answer, *read_through_draft(engine.draft, prompt, answer)
+
+
+def read_through_draft(draft, prompt: list[int], answer: list[int]) -> tuple[list[int], list[float], list[int]]:
+    """At each position of the answer, given the answer before it: the draft's first choice, its probability,
+    and its second choice."""
     draft.eval_prefix(prompt[:-1])
     logits = draft.decode([prompt[-1], *answer[:-1]], all_logits=True)
-    guesses = logits.argmax(axis=1)
+    top2 = np.argpartition(logits, -2, axis=1)[:, -2:]
+    first = np.take_along_axis(logits, top2, axis=1).argmax(axis=1)
+    guesses, seconds = top2[np.arange(len(top2)), first], top2[np.arange(len(top2)), 1 - first]
     z = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return answer, guesses.tolist(), (z.max(axis=1) / z.sum(axis=1)).tolist()
+    return guesses.tolist(), (z.max(axis=1) / z.sum(axis=1)).tolist(), seconds.tolist()
 
 
 class Prices:
@@ -118,15 +127,59 @@ def ceilings(answer: Answer, costs: Prices, n_vocab: int, policy: AutoPolicy) ->
 
     Prompt lookup takes the match auto mode would find first, with no memory of earlier copies; the draft read
     the prompt along with the target."""
+    copies, agree = _right_from(answer, n_vocab, policy)
+    return [_cheapest(copies, agree, costs, lookup, model) for lookup, model in ((1, 0), (0, 1), (1, 1))]
+
+
+def branch_ceiling(answer: Answer, costs: Prices, n_vocab: int, policy: AutoPolicy) -> float:
+    """As ceilings() for both sources, where the model's chain of k drafts may be verified with one more token in
+    the same batch (a two-leaf tree, r(k + 2)): the draft's second choice where the chain fails, placed in hindsight.
+    Where that is the target's token, the step keeps it and the target's next."""
+    copies, agree = _right_from(answer, n_vocab, policy)
+    second_right = [s == t != g for s, t, g in zip(answer.seconds, answer.tokens, answer.guesses)]
+    return _cheapest(copies, agree, costs, 1, 1, lambda t, k: second_right[t + agree[t]])
+
+
+def fixed_chain_cost(answer: Answer, costs: Prices, k: int, branch: bool) -> float:
+    """Target steps (units of t1) for the answer drafted by the model alone, k tokens a step, each step verified as a
+    chain or (branch) with the draft's second choice at the chain's least sure position beside it, r(k + 2). No
+    hindsight: what a policy without a lookup source would get. Beyond the chain's first rejection the recording has
+    the draft's sureness on the answer, not on its own continuation: a branch placed there is lost either way."""
+    tokens, n = answer.tokens, len(answer.tokens)
+    t, held, spent = 0, 0, 0.0
+    while t < n:
+        size = min(k, n - t - 1)
+        if size == 0:
+            spent, t = spent + 1.0, t + 1
+            continue
+        right = common_prefix(answer.guesses[t : t + size], tokens[t:])
+        chain = answer.sureness[t : t + size]
+        rescued = branch and right < size and chain.index(min(chain)) == right
+        rescued = rescued and answer.seconds[t + right] == tokens[t + right]
+        spent += costs.catch_up(t + 1 - held) + (size - 1) * costs.c + costs.r(size + 1 + branch)
+        held = t + 1 + min(right, size - 1)
+        t += right + 1 + rescued
+    return spent
+
+
+def _right_from(answer: Answer, n_vocab: int, policy: AutoPolicy) -> tuple[list[int], list[int]]:
     tokens = answer.tokens
     finder = auto_lookup(n_vocab, policy)
     copies = [common_prefix(finder.find(answer.prompt + tokens[:t], K_LONG), tokens[t:]) for t in range(len(tokens))]
     agree = [common_prefix(answer.guesses[t:], tokens[t:]) for t in range(len(tokens))]
-    return [_cheapest(copies, agree, costs, lookup, model) for lookup, model in ((1, 0), (0, 1), (1, 1))]
+    return copies, agree
 
 
-def _cheapest(copies: list[int], agree: list[int], costs: Prices, lookup: bool, model: bool) -> float:
-    """copies[t], agree[t]: how many tokens from t on the lookup draft, and the draft model's, get right."""
+def _cheapest(
+    copies: list[int],
+    agree: list[int],
+    costs: Prices,
+    lookup: bool,
+    model: bool,
+    rescued: Callable[[int, int], bool] | None = None,
+) -> float:
+    """copies[t], agree[t]: how many tokens from t on the lookup draft, and the draft model's, get right.
+    rescued(t, k): whether a branch saves the model's chain of k drafts from t where it fails (none: no branch)."""
     n = len(copies)
     # best[t][held]: the least cost to have answered t tokens with the draft's cache holding the answer's first
     # held - 1 (held 0: the prompt but its last token, as prefilled).
@@ -152,6 +205,9 @@ def _cheapest(copies: list[int], agree: list[int], costs: Prices, lookup: bool, 
                     right = min(agree[t], k)
                     step = catch_up + (k - 1) * costs.c + costs.r(k + 1)
                     go(t + right + 1, t + 1 + min(right, k - 1), spent + step)
+                    if rescued and right < k and rescued(t, k):
+                        branched = step - costs.r(k + 1) + costs.r(k + 2)
+                        go(t + right + 2, t + 1 + right, spent + branched)
     return min(best[n].values())
 
 
@@ -181,6 +237,8 @@ def recorded(args: argparse.Namespace) -> tuple[Calibration, int, list[tuple[str
     if args.recording and args.recording.is_file():
         saved = json.loads(args.recording.read_text())
         answers = [(a.pop("id"), Answer(**a)) for a in saved["answers"]]
+        if args.branch and answers[0][1].seconds is None:
+            raise SystemExit(f"{args.recording} has no second choices: record anew, into another --recording file")
         return Calibration.from_json(json.dumps(saved["calibration"])), saved["n_vocab"], answers
     engine = Engine.load(args.target, args.draft, cpu_copy_dir=cache_dir(), cache_dir=cache_dir())
     if args.max_tokens >= engine.draft.n_batch:  # record() reads a whole answer in one batch
@@ -207,6 +265,11 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--recording", type=Path, help="a JSON file to keep the recorded answers in, or to replay from")
     ap.add_argument("--auto-only", action="store_true", help="replay auto mode only, not the (slower) ceilings")
+    ap.add_argument(
+        "--branch",
+        action="store_true",
+        help="the draft's second choice as a branch: branch_ceiling() and fixed_chain_cost() with and without it",
+    )
     ap.add_argument(
         "--calibration",
         type=Path,
@@ -238,6 +301,8 @@ def main() -> None:
     columns = (
         ("auto replayed",) if args.auto_only else ("lookup ceiling", "model ceiling", "both ceiling", "auto replayed")
     )
+    if args.branch:
+        columns = ("both ceiling", "branch ceiling", *(f"k={k}{b}" for k in (1, 2, 3, 4) for b in ("", "+branch")))
     for name, cal in calibrations or [("calibration of the recording", recorded_cal)]:
         if args.r_long and K_LONG + 1 not in cal.r:
             cal = replace(cal, r={**cal.r, K_LONG + 1: args.r_long})
@@ -248,8 +313,12 @@ def main() -> None:
         )
         totals: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(len(columns) + 1))
         for answer_id, answer in answers:
-            steps = [] if args.auto_only else ceilings(answer, costs, n_vocab, policy)
-            steps.append(replayed_cost(answer, cal, n_vocab, costs, policy))
+            if args.branch:
+                steps = ceilings(answer, costs, n_vocab, policy)[2:] + [branch_ceiling(answer, costs, n_vocab, policy)]
+                steps += [fixed_chain_cost(answer, costs, k, b) for k in (1, 2, 3, 4) for b in (False, True)]
+            else:
+                steps = [] if args.auto_only else ceilings(answer, costs, n_vocab, policy)
+                steps.append(replayed_cost(answer, cal, n_vocab, costs, policy))
             n = len(answer.tokens)
             if len(calibrations) <= 1:
                 line = ", ".join(f"{c} {n / s:.2f}x" for c, s in zip(columns, steps))

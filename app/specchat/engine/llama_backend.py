@@ -115,6 +115,9 @@ class BackendConfig:
     n_threads_batch: int | None = None  # multi-token batches (prompt, verification); None: as n_threads
     n_gpu_layers: int = 0  # -1: all layers on the GPU (CUDA / Metal builds)
     n_batch: int = 512
+    # llama.cpp's own default (auto: fused attention where the device has it). llama-cpp-python's Llama turns it off;
+    # on these CPUs that decodes slower (docs/performance.md, "llama-server, the peer").
+    flash_attn: bool = True
 
     def __post_init__(self) -> None:
         # llama.cpp reads a context of 0 as the model's trained length and a negative thread count as its own
@@ -138,7 +141,7 @@ class LlamaModel:
         self.metadata = read_metadata(self.path)  # raises NotGGUFError with a clear message
         # llama-cpp-python's high-level Llama has no per-position logits flags, no KV rollback by position and no
         # vocabulary queries (eog, pieces) without detokenizing, and when quiet it silences the whole process while it
-        # loads: the model and its context are made here, with the settings Llama gave them (flash attention off).
+        # loads: the model and its context are made here, with the settings Llama gave them but flash attention.
         model_params = llama_cpp.llama_model_default_params()
         model_params.n_gpu_layers = config.n_gpu_layers  # negative: all layers
         model_params.load_mode = llama_cpp.LLAMA_LOAD_MODE_MMAP
@@ -146,7 +149,9 @@ class LlamaModel:
         params.n_ctx = config.n_ctx
         params.n_batch = params.n_ubatch = min(config.n_ctx, config.n_batch)
         params.n_threads, params.n_threads_batch = config.threads
-        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO if config.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
         model = None
         with _errors_held() as errors:
             try:
