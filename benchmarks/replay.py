@@ -54,7 +54,7 @@ class Answer:
     tokens: list[int]  # the target's plain greedy answer
     guesses: list[int]  # the draft's greedy token at each position of the answer, given the answer before it
     sureness: list[float]  # the draft's probability for that token
-    seconds: list[int] | None = None  # the draft's second choice there (recordings before the branch ceiling lack it)
+    second_choices: list[int] | None = None  # the draft's second choice there (older recordings lack it)
 
 
 def record(engine: Engine, prompt: list[int], max_tokens: int) -> tuple[list[int], list[int], list[float], list[int]]:
@@ -71,9 +71,9 @@ def read_through_draft(draft, prompt: list[int], answer: list[int]) -> tuple[lis
     logits = draft.decode([prompt[-1], *answer[:-1]], all_logits=True)
     top2 = np.argpartition(logits, -2, axis=1)[:, -2:]
     first = np.take_along_axis(logits, top2, axis=1).argmax(axis=1)
-    guesses, seconds = top2[np.arange(len(top2)), first], top2[np.arange(len(top2)), 1 - first]
+    guesses, second = top2[np.arange(len(top2)), first], top2[np.arange(len(top2)), 1 - first]
     z = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return guesses.tolist(), (z.max(axis=1) / z.sum(axis=1)).tolist(), seconds.tolist()
+    return guesses.tolist(), (z.max(axis=1) / z.sum(axis=1)).tolist(), second.tolist()
 
 
 class Prices:
@@ -91,6 +91,10 @@ class Prices:
     def catch_up(self, n: int) -> float:
         whole, rest = divmod(max(n, 1), K_MAX + 1)
         return self.c * (whole * self.r(K_MAX + 1) + (self.r(rest) if rest else 0.0))
+
+    def model_step(self, behind: int, k: int, branch: bool = False) -> float:
+        """A step drafting k by the model, its cache `behind` tokens behind, verified as a chain (or with a branch)."""
+        return self.catch_up(behind) + (k - 1) * self.c + self.r(k + 1 + branch)
 
 
 class RecordedDraft:
@@ -131,13 +135,14 @@ def ceilings(answer: Answer, costs: Prices, n_vocab: int, policy: AutoPolicy) ->
     return [_cheapest(copies, agree, costs, lookup, model) for lookup, model in ((1, 0), (0, 1), (1, 1))]
 
 
-def branch_ceiling(answer: Answer, costs: Prices, n_vocab: int, policy: AutoPolicy) -> float:
-    """As ceilings() for both sources, where the model's chain of k drafts may be verified with one more token in
-    the same batch (a two-leaf tree, r(k + 2)): the draft's second choice where the chain fails, placed in hindsight.
-    Where that is the target's token, the step keeps it and the target's next."""
+def branch_ceilings(answer: Answer, costs: Prices, n_vocab: int, policy: AutoPolicy) -> list[float]:
+    """ceilings() for both sources, then the same where the model's chain of k drafts may be verified with one more
+    token in the same batch (a two-leaf tree, r(k + 2)): the draft's second choice where the chain fails, placed in
+    hindsight. Where that is the target's token, the step keeps it and the target's next."""
     copies, agree = _right_from(answer, n_vocab, policy)
-    second_right = [s == t != g for s, t, g in zip(answer.seconds, answer.tokens, answer.guesses)]
-    return _cheapest(copies, agree, costs, 1, 1, lambda t, k: second_right[t + agree[t]])
+    second_right = [s == t != g for s, t, g in zip(answer.second_choices, answer.tokens, answer.guesses)]
+    rescued = lambda t, k: second_right[t + agree[t]]  # noqa: E731
+    return [_cheapest(copies, agree, costs, 1, 1), _cheapest(copies, agree, costs, 1, 1, rescued)]
 
 
 def fixed_chain_cost(answer: Answer, costs: Prices, k: int, branch: bool) -> float:
@@ -155,8 +160,8 @@ def fixed_chain_cost(answer: Answer, costs: Prices, k: int, branch: bool) -> flo
         right = common_prefix(answer.guesses[t : t + size], tokens[t:])
         chain = answer.sureness[t : t + size]
         rescued = branch and right < size and chain.index(min(chain)) == right
-        rescued = rescued and answer.seconds[t + right] == tokens[t + right]
-        spent += costs.catch_up(t + 1 - held) + (size - 1) * costs.c + costs.r(size + 1 + branch)
+        rescued = rescued and answer.second_choices[t + right] == tokens[t + right]
+        spent += costs.model_step(t + 1 - held, size, branch)
         held = t + 1 + min(right, size - 1)
         t += right + 1 + rescued
     return spent
@@ -200,14 +205,12 @@ def _cheapest(
                     right = min(copies[t], k)
                     go(t + right + 1, held, spent + costs.r(k + 1))
             if model:
-                catch_up = costs.catch_up(t + 1 - held)
                 for k in range(1, min(K_MAX, room) + 1):
                     right = min(agree[t], k)
-                    step = catch_up + (k - 1) * costs.c + costs.r(k + 1)
+                    step = costs.model_step(t + 1 - held, k)
                     go(t + right + 1, t + 1 + min(right, k - 1), spent + step)
                     if rescued and right < k and rescued(t, k):
-                        branched = step - costs.r(k + 1) + costs.r(k + 2)
-                        go(t + right + 2, t + 1 + right, spent + branched)
+                        go(t + right + 2, t + 1 + right, spent + costs.model_step(t + 1 - held, k, branch=True))
     return min(best[n].values())
 
 
@@ -237,7 +240,7 @@ def recorded(args: argparse.Namespace) -> tuple[Calibration, int, list[tuple[str
     if args.recording and args.recording.is_file():
         saved = json.loads(args.recording.read_text())
         answers = [(a.pop("id"), Answer(**a)) for a in saved["answers"]]
-        if args.branch and answers[0][1].seconds is None:
+        if args.branch and answers[0][1].second_choices is None:
             raise SystemExit(f"{args.recording} has no second choices: record anew, into another --recording file")
         return Calibration.from_json(json.dumps(saved["calibration"])), saved["n_vocab"], answers
     engine = Engine.load(args.target, args.draft, cpu_copy_dir=cache_dir(), cache_dir=cache_dir())
@@ -268,7 +271,7 @@ def main() -> None:
     ap.add_argument(
         "--branch",
         action="store_true",
-        help="the draft's second choice as a branch: branch_ceiling() and fixed_chain_cost() with and without it",
+        help="the draft's second choice as a branch: branch_ceilings() and fixed_chain_cost() with and without it",
     )
     ap.add_argument(
         "--calibration",
@@ -314,7 +317,7 @@ def main() -> None:
         totals: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(len(columns) + 1))
         for answer_id, answer in answers:
             if args.branch:
-                steps = ceilings(answer, costs, n_vocab, policy)[2:] + [branch_ceiling(answer, costs, n_vocab, policy)]
+                steps = branch_ceilings(answer, costs, n_vocab, policy)
                 steps += [fixed_chain_cost(answer, costs, k, b) for k in (1, 2, 3, 4) for b in (False, True)]
             else:
                 steps = [] if args.auto_only else ceilings(answer, costs, n_vocab, policy)
