@@ -295,3 +295,30 @@ def test_a_model_loading_in_a_thread_leaves_the_other_threads_output_alone(tmp_p
     # And llama.cpp printed nothing of its own: the load error is the one line the script wrote, with the reason.
     (line,) = run.stderr.splitlines()
     assert line.startswith("error: half.gguf: llama.cpp could not load this model") and "file bounds" in line
+
+
+HUGE_PAGES_AFTER_LOAD = """
+import re, sys
+from pathlib import Path
+from specchat.engine import BackendConfig, LlamaModel
+model = LlamaModel(sys.argv[1], BackendConfig(huge_pages=sys.argv[2] == "on"))
+print(model.decode([1, 2, 3, 4, 5, 6, 7, 8], all_logits=True).tobytes().hex())
+print(re.search(r"AnonHugePages:\\s+(\\d+) kB", Path("/proc/self/smaps_rollup").read_text()).group(1))
+"""
+
+
+def test_the_weights_llama_cpp_copies_sit_on_huge_pages_and_decode_the_same(qwen_pair):
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not thp.exists() or "[never]" in thp.read_text():
+        pytest.skip("this kernel gives no transparent huge pages (Linux only, and not turned off)")
+    runs = {}
+    for huge in ("off", "on"):
+        script = [sys.executable, "-c", HUGE_PAGES_AFTER_LOAD, str(qwen_pair[1]), huge]
+        run = subprocess.run(script, capture_output=True, text=True, env=subprocess_env(), timeout=300)
+        assert run.returncode == 0, run.stderr
+        logits, huge_kib = run.stdout.split()
+        runs[huge] = logits, int(huge_kib)
+    assert runs["on"][0] == runs["off"][0]
+    # A fresh process, one model: the 0.5B's Q4_K weights, repacked for AVX2/AVX-512 CPUs into memory of llama.cpp's
+    # own, are about 150 MB of it; the rest stays in the file's mapping.
+    assert runs["on"][1] - runs["off"][1] > 100_000

@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +104,46 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
+# linux/mman.h (Linux 6.1+): back a range with huge pages now, whatever the system's transparent-huge-page setting.
+_MADV_COLLAPSE = 25
+_HUGE_PAGE = 2 << 20
+
+
+def private_mappings() -> set[tuple[int, int]]:
+    """The process's private, writable, anonymous memory (malloc's, where ggml keeps repacked weights and the KV
+    cache), as (start, end) ranges; empty where /proc is not Linux's."""
+    try:
+        lines = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return set()
+    ranges = set()
+    for line in lines:
+        fields = line.split()
+        if fields[1] == "rw-p" and (len(fields) < 6 or fields[5] == "[heap]"):
+            start, end = fields[0].split("-")
+            ranges.add((int(start, 16), int(end, 16)))
+    return ranges
+
+
+def back_with_huge_pages(ranges: Iterable[tuple[int, int]]) -> int:
+    """Collapse the 2 MiB-aligned pieces of ranges into huge pages; the bytes collapsed.
+
+    Decoding reads every weight once a token: with 4 KiB pages that is a TLB miss every 4 KiB. Where the system
+    leaves huge pages to those who ask (Debian's and Ubuntu's "madvise"), llama.cpp does not ask. A piece that
+    cannot be collapsed (never touched, or a kernel before 6.1) stays as it is, so this never fails.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    done = 0
+    for start, end in ranges:
+        first = -(-start // _HUGE_PAGE) * _HUGE_PAGE
+        for piece in range(first, end - _HUGE_PAGE + 1, _HUGE_PAGE):
+            # One piece at a time: a range's madvise stops at its first piece that cannot be collapsed.
+            if libc.madvise(piece, _HUGE_PAGE, _MADV_COLLAPSE) == 0:
+                done += _HUGE_PAGE
+    return done
+
+
 def default_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
@@ -118,6 +158,10 @@ class BackendConfig:
     # llama.cpp's own default (auto: fused attention where the device has it). llama-cpp-python's Llama turns it off;
     # on these CPUs that decodes slower (docs/performance.md, "llama-server, the peer").
     flash_attn: bool = True
+    # Weights llama.cpp copied into memory of its own (repacked for this CPU) on huge pages (back_with_huge_pages):
+    # every decode reads them all; a second or two at load buys a few percent on every token after
+    # (docs/performance.md, "llama-server, the peer").
+    huge_pages: bool = sys.platform == "linux"
 
     def __post_init__(self) -> None:
         # llama.cpp reads a context of 0 as the model's trained length and a negative thread count as its own
@@ -153,6 +197,7 @@ class LlamaModel:
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO if config.flash_attn else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         model = None
+        mapped = private_mappings() if config.huge_pages else set()
         with _errors_held() as errors:
             try:
                 # verbose=True: no suppress_stdout_stderr around the load (the log callback above keeps it quiet).
@@ -166,6 +211,8 @@ class LlamaModel:
                 reason = "; ".join(re.sub(r"^\w+: ", "", line.strip()) for line in errors if line.strip()) or str(e)
                 raise ModelLoadError(f"{self.path.name}: llama.cpp could not load this model ({reason})") from None
         self._model = model
+        if config.huge_pages:
+            back_with_huge_pages(private_mappings() - mapped)
         self._vocab = self._model.vocab
         self._formatter: Jinja2ChatFormatter | None = None
         self.n_vocab: int = self._model.n_vocab()
