@@ -193,6 +193,16 @@ def test_markdown_view_regenerate_and_clear(chat_server, new_page):
     assert page.locator("#sc-stats .sc-stats-empty").count() == 1
 
 
+def test_a_message_sent_right_after_clear_is_answered(chat_server, new_page):
+    page = open_chat(new_page, chat_server.url)
+    assert settle(page, send(page, "Hi"))[-1][0] == "done"
+    page.click("#sc-clear")
+    # No wait for the clear to show: the next message follows at once, as a quick user's does.
+    assert settle(page, send(page, "Hello"), timeout=60_000)[-1][0] == "done"
+    assert user_messages(page) == ["Hello"]
+    assert page.locator("#sc-input textarea").input_value() == ""
+
+
 def test_the_system_prompt_is_saved_and_reaches_the_model(chat_server, new_page):
     page = open_chat(new_page, chat_server.url)
     file = settings_file(chat_server)

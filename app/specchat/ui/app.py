@@ -450,7 +450,8 @@ class ChatApp:
             return
         yield from self.respond(request, conv[last_user]["content"], conv[:last_user], *values)
 
-    def clear(self, overlay: bool) -> tuple:
+    def clear(self, request: gr.Request, overlay: bool) -> tuple:
+        self.stop(request)
         return [], *chat_views([], overlay), "", stats_html(None), acceptance_svg(None), status_html("idle", "")
 
     def switch_view(self, conv: list[dict], overlay: bool) -> tuple:
@@ -567,11 +568,11 @@ def build_app(
             regen.click(app.regenerate, [conv, *setting_inputs], outputs, **chat_args),
         ]
         stop.click(app.stop, None, None, queue=False)
-        # The chats' own trash buttons clear the conversation too, not just what is shown.
+        # The chats' own trash buttons clear the conversation too, not just what is shown. One event, outside the
+        # queue, that cancels at the click: a clear queued behind its stop cancelled a message sent right after it.
         for clearing in (clear.click, overlay_chat.clear, md_chat.clear):
-            clearing(app.stop, None, None, queue=False).then(
-                app.clear, [overlay_switch], [conv, overlay_chat, md_chat, live, stats, plot, status], cancels=runs
-            )
+            clear_outputs = [conv, overlay_chat, md_chat, live, stats, plot, status]
+            clearing(app.clear, [overlay_switch], clear_outputs, queue=False, cancels=runs)
         live.change(None, live, None, js=live_js(UPDATE_INTERVAL_S, REVEAL_TICK_S), queue=False)
         overlay_switch.change(app.switch_view, [conv, overlay_switch], [overlay_chat, md_chat], show_progress="hidden")
         for control in setting_inputs:
