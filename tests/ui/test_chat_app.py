@@ -369,6 +369,9 @@ def test_the_default_pair_downloads_in_one_click_with_progress_cancel_and_remove
     )
     assert "of 98 MB" in progress.inner_text()
     page.screenshot(path=str(artifacts / "models-downloading.png"))
+    # A page opened mid-download shows it too (its table is made at load, which once landed after the click).
+    other = new_page(server.url)
+    other.wait_for_selector('#sc-pairs tr[data-pair="smol-pair"][data-state="downloading"]')
     page.click("#sc-cancel")
     page.wait_for_selector('#sc-download-progress .sc-download[data-state="cancelling"]')
     hub.release.set()  # the stalled transfer goes on, and the next chunk sees the cancel

@@ -205,12 +205,18 @@ class ModelsView:
         """The catalog in effect, or the shipped one alone while the user's catalog file is broken (build says so)."""
         return catalog.load_catalog_or_shipped()[0]
 
-    def _refresh(self, downloading: str | None = None) -> tuple:
+    def _downloading(self) -> str | None:
+        # The running download is part of the pairs table: a page opened, or a load event landing, mid-download
+        # shows it.
+        job = self.job
+        return job.pair if job is not None else None
+
+    def _refresh(self) -> tuple:
         """New values for (pairs table, models table, target choices, draft choices, removable models)."""
         cat = self._catalog()
         names = installed_models(cat)
         return (
-            pairs_html(cat, downloading),
+            pairs_html(cat, self._downloading()),
             models_html(cat),
             gr.update(choices=names),
             gr.update(choices=[("none (lookup or plain only)", NO_DRAFT), *names]),
@@ -230,7 +236,7 @@ class ModelsView:
             worker = threading.Thread(target=self._download, args=(job,), daemon=True, name="specchat-download")
             worker.start()
             starting = progress_html("downloading", f"Starting the download of {pair}…", None)
-            yield starting, *self._refresh(downloading=pair)
+            yield starting, *self._refresh()
             while worker.is_alive():
                 worker.join(PROGRESS_INTERVAL_S)
                 p = job.progress
@@ -353,7 +359,7 @@ class ModelsView:
             note = f"Only specchat's own catalog is listed: {unusable}"
             gr.HTML(f'<div class="sc-note" id="sc-catalog-error">{html.escape(note)}</div>')
         # Made anew for each page: what speculation buys with a pair here is known once the pair has loaded.
-        pairs = gr.HTML(lambda: pairs_html(self._catalog()), elem_id="sc-pairs-view")
+        pairs = gr.HTML(lambda: pairs_html(self._catalog(), self._downloading()), elem_id="sc-pairs-view")
         with gr.Row(equal_height=False, elem_classes="sc-controls"):
             offered = offered_pair if offered_pair in cat.pairs else cat.default
             pair = gr.Dropdown(list(cat.pairs), value=offered, label="Pair", scale=3, elem_id="sc-pair")
