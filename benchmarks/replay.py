@@ -106,6 +106,7 @@ class RecordedDraft:
         self.answer, self.n_vocab, self.prices = answer, n_vocab, prices
         self.tokens: list[int] = []
         self.seconds = 0.0
+        self.n_decoded = 0
 
     @property
     def n_past(self) -> int:
@@ -117,6 +118,7 @@ class RecordedDraft:
 
     def decode(self, tokens, all_logits: bool = False) -> np.ndarray:
         self.seconds += self.prices.catch_up(len(tokens)) * self.prices.t1
+        self.n_decoded += len(tokens)
         self.tokens.extend(tokens)
         at = min(len(self.tokens) - len(self.answer.prompt), len(self.answer.guesses) - 1)
         sure = min(self.answer.sureness[at], 1 - 1e-6)

@@ -22,6 +22,10 @@ from specchat.engine.drafters import Corpus, Drafter, EarlierAnswers, LookupDraf
 from specchat.engine.policy import DEFAULT_POLICY, AutoPolicy
 from specchat.engine.sampling import SamplingParams
 
+# What a draft model reads before drafting after a step of its own: the last draft (a step that takes every draft
+# leaves it unread) and the target's token.
+CAUGHT_UP_BY_STEP = 2
+
 
 def auto_lookup(n_vocab: int, policy: AutoPolicy = DEFAULT_POLICY) -> LookupDrafter:
     """Prompt lookup as auto mode uses it: unigram matches are too often wrong to pay for a verify batch."""
@@ -89,18 +93,30 @@ class LiveCosts:
     Costs are kept as ratios to t1, so a machine that slows down as a whole leaves the unmeasured ratios right.
     """
 
-    def __init__(self, calibration: Calibration, weight: float = DEFAULT_POLICY.cost_weight):
+    def __init__(
+        self,
+        calibration: Calibration,
+        weight: float = DEFAULT_POLICY.cost_weight,
+        relax: float = DEFAULT_POLICY.cost_relax,
+    ):
         r = interpolate_r(calibration.r)
         self.t1 = calibration.t1
         # Calibrations from before K_LONG lack its batch: a long copy then drafts no more than K_MAX.
-        self.ratios = {n: _plausible(n, r(n)) for n in BATCH_SIZES if n <= K_MAX + 1 or n in calibration.r}
-        self.c = calibration.c or 0.0
-        self.weight = weight
+        self.calibrated = {n: _plausible(n, r(n)) for n in BATCH_SIZES if n <= K_MAX + 1 or n in calibration.r}
+        self.ratios = dict(self.calibrated)
+        self.calibrated_c = self.c = calibration.c or 0.0
+        self.weight, self.relax = weight, relax
 
     def _move(self, old: float, new: float) -> float:
         return old + self.weight * (new - old)
 
     def observe(self, n_batch: int, verify_s: float, n_model_drafts: int, draft_s: float) -> None:
+        """n_model_drafts: the draft tokens whose decoding took draft_s; 0 where the step says nothing of their cost."""
+        for n, ratio in self.ratios.items():
+            if n != n_batch:
+                self.ratios[n] = ratio + self.relax * (self.calibrated[n] - ratio)
+        if not n_model_drafts:
+            self.c += self.relax * (self.calibrated_c - self.c)
         if n_batch == 1:
             self.t1 = self._move(self.t1, verify_s)
         elif n_batch in self.ratios:
@@ -190,7 +206,7 @@ class AutoDrafter(Drafter):
         earlier: answers to other requests, to copy from too."""
         super().__init__(lookup.n_vocab)
         self.calibration, self.policy = calibration, policy
-        self.costs = costs or LiveCosts(calibration, policy.cost_weight)
+        self.costs = costs or LiveCosts(calibration, policy.cost_weight, policy.cost_relax)
         self.r = self.costs.r
         self.lookup, self.model = lookup, model
         # A longer match predicts a copy better: prose repeats pairs of tokens by chance, edited code and
@@ -259,11 +275,12 @@ class AutoDrafter(Drafter):
             band = max((n for n in policy.lookup_bands if n <= self.lookup.match_len), default=policy.lookup_bands[0])
             resuming = self.lookup.resuming and band < policy.copy_match
             source = self.resume_source if resuming else self.lookup_sources[band]
-            step = self._try(
-                source, len(found), policy.min_gain, lambda n: self.lookup.propose(context, n, params, rng)
-            )
-            if step is not None:
-                return step
+            if not self._model_outbids(source, len(found), k):
+                step = self._try(
+                    source, len(found), policy.min_gain, lambda n: self.lookup.propose(context, n, params, rng)
+                )
+                if step is not None:
+                    return step
             if band >= policy.copy_match and policy.judge_shadow:
                 self._undrafted.append((len(context), found[0], partial(_judge_first, source.tracker)))
         if self._corpus is not None and (not found or self.lookup.match_len < policy.copy_match):
@@ -282,6 +299,14 @@ class AutoDrafter(Drafter):
             if step is not None:
                 return step
         return Proposal([], None, self._explain_plain(k))
+
+    def _model_outbids(self, source: Source, k_source: int, k: int) -> bool:
+        """Whether the draft model's best plan promises more than source's, at the acceptance each has shown."""
+        if not self.policy.lookup_yields or self.model_source is None:
+            return False
+        _, by_source = source.plan(self.r, min(k_source, source.k_max), self.policy.min_gain)
+        _, by_model = self.model_source.plan(self.r, min(k, self.policy.k_max), self.policy.min_gain)
+        return by_model > by_source
 
     def _judge_undrafted(self, context: list[int]) -> None:
         """Judge the first tokens left undrafted by the token the target went on to give: evidence for free where a
@@ -355,7 +380,9 @@ class AutoDrafter(Drafter):
 
     def observe(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
         source, probing = self._last
-        by_model = source is self.model_source and source is not None
+        # A draft that first read context it had not seen (a prompt, a copy lookup drafted) took longer than its
+        # tokens cost: counted, one such step took a cheap draft model's c from 0.11 to 0.7, pricing it out.
+        by_model = source is self.model_source and source is not None and self.model.caught_up <= CAUGHT_UP_BY_STEP
         self.costs.observe(n_drafted + 1, verify_s, n_drafted if by_model else 0, draft_s)
         if self.model_source is not None:
             self.model_source.cost = self.costs.c

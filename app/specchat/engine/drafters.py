@@ -49,6 +49,7 @@ class ModelDrafter(Drafter):
         # reads the distribution, not the token drawn from it, so that the draft's length is settled before its
         # tokens are drawn, which keeps sampled acceptance exact (dropping a token for its own draw would bias it).
         self.go_on: Callable[[int, int, float, int], bool] | None = None
+        self.caught_up = 0  # tokens of context the latest proposal read before drafting: 1-2 after a step of its own
 
     def prefill(self, context: list[int]) -> None:
         self.model.eval_prefix(context[:-1] or context)
@@ -71,7 +72,9 @@ class ModelDrafter(Drafter):
         tokens: list[int] = []
         rows: list[np.ndarray] = []
         # The draft's cache holds an older context; eval_prefix decodes only what it has not seen.
+        read = self.model.n_decoded
         logits = self.model.eval_prefix(context)
+        self.caught_up = self.model.n_decoded - read
         while True:
             logits = self._fit(logits)
             p = None if params.greedy else probabilities(logits, params)

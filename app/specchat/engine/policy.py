@@ -57,6 +57,9 @@ class AutoPolicy:
     tracker_decay: float = 0.9
     # How far each measured step moves the live costs from calibration's toward what steps really take (061b251).
     cost_weight: float = 0.2
+    # How far each step moves the costs it did not measure back toward calibration's: a cost measured while other
+    # work ran can price a source out, and a source not used is not measured again; about 100 steps forget most of it.
+    cost_relax: float = 0.01
     # Earlier answers (to other prompts) auto may copy from, in tokens: bounded, since each step scans them all;
     # 0: none are kept.
     earlier_tokens: int = 16384
@@ -65,6 +68,9 @@ class AutoPolicy:
     earlier_prior: tuple[float, float] = (0.6, 0.8)
     # Whether plain steps judge the undrafted proposal of a likely copy: evidence for free (85839ed, zen5-shadow-ab).
     judge_shadow: bool = True
+    # Whether prompt lookup's match yields to the draft model where the model's plan promises more: first come, a
+    # chance repeat in prose or code took steps the model would have drafted further (docs/experiments.md).
+    lookup_yields: bool = True
 
     def __post_init__(self) -> None:
         bands = [n for n, _, _ in self.lookup_priors]
