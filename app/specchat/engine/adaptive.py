@@ -107,16 +107,16 @@ class LiveCosts:
         self.calibrated_c = self.c = calibration.c or 0.0
         self.weight, self.relax = weight, relax
 
-    def _move(self, old: float, new: float) -> float:
-        return old + self.weight * (new - old)
+    def _move(self, old: float, new: float, weight: float | None = None) -> float:
+        return old + (self.weight if weight is None else weight) * (new - old)
 
     def observe(self, n_batch: int, verify_s: float, n_model_drafts: int, draft_s: float) -> None:
         """n_model_drafts: the draft tokens whose decoding took draft_s; 0 where the step says nothing of their cost."""
         for n, ratio in self.ratios.items():
             if n != n_batch:
-                self.ratios[n] = ratio + self.relax * (self.calibrated[n] - ratio)
+                self.ratios[n] = self._move(ratio, self.calibrated[n], self.relax)
         if not n_model_drafts:
-            self.c += self.relax * (self.calibrated_c - self.c)
+            self.c = self._move(self.c, self.calibrated_c, self.relax)
         if n_batch == 1:
             self.t1 = self._move(self.t1, verify_s)
         elif n_batch in self.ratios:
@@ -275,12 +275,12 @@ class AutoDrafter(Drafter):
             band = max((n for n in policy.lookup_bands if n <= self.lookup.match_len), default=policy.lookup_bands[0])
             resuming = self.lookup.resuming and band < policy.copy_match
             source = self.resume_source if resuming else self.lookup_sources[band]
-            if not self._model_outbids(source, len(found), k):
-                step = self._try(
-                    source, len(found), policy.min_gain, lambda n: self.lookup.propose(context, n, params, rng)
-                )
-                if step is not None:
-                    return step
+            rival = self._model_promise(context, k) if policy.lookup_yields else 1.0
+            step = self._try(
+                source, len(found), policy.min_gain, lambda n: self.lookup.propose(context, n, params, rng), rival
+            )
+            if step is not None:
+                return step
             if band >= policy.copy_match and policy.judge_shadow:
                 self._undrafted.append((len(context), found[0], partial(_judge_first, source.tracker)))
         if self._corpus is not None and (not found or self.lookup.match_len < policy.copy_match):
@@ -294,19 +294,22 @@ class AutoDrafter(Drafter):
                     return step
         k = min(k, policy.k_max)  # only a copy in progress is right often enough for longer drafts to pay
         if self.model_source is not None:
-            min_gain = policy.min_gain if self.model.behind(context) <= k else policy.model_min_gain
+            min_gain = self._model_min_gain(context, k)
             step = self._try(self.model_source, k, min_gain, lambda n: self.model.propose(context, n, params, rng))
             if step is not None:
                 return step
         return Proposal([], None, self._explain_plain(k))
 
-    def _model_outbids(self, source: Source, k_source: int, k: int) -> bool:
-        """Whether the draft model's best plan promises more than source's, at the acceptance each has shown."""
-        if not self.policy.lookup_yields or self.model_source is None:
-            return False
-        _, by_source = source.plan(self.r, min(k_source, source.k_max), self.policy.min_gain)
-        _, by_model = self.model_source.plan(self.r, min(k, self.policy.k_max), self.policy.min_gain)
-        return by_model > by_source
+    def _model_min_gain(self, context: list[int], k: int) -> float:
+        return self.policy.min_gain if self.model.behind(context) <= k else self.policy.model_min_gain
+
+    def _model_promise(self, context: list[int], k: int) -> float:
+        """The speedup the draft model's best plan promises for this step, at the acceptance it has shown; 1.0 where
+        it would not draft."""
+        if self.model_source is None:
+            return 1.0
+        k = min(k, self.policy.k_max)
+        return self.model_source.plan(self.r, k, self._model_min_gain(context, k))[1]
 
     def _judge_undrafted(self, context: list[int]) -> None:
         """Judge the first tokens left undrafted by the token the target went on to give: evidence for free where a
@@ -325,9 +328,14 @@ class AutoDrafter(Drafter):
                 learn(context[at] == token)
         self._undrafted = [pending for pending in self._undrafted if pending[0] >= len(context)]
 
-    def _try(self, source: Source, k_max: int, min_gain: float, draft: Callable[[int], Proposal]) -> Proposal | None:
+    def _try(
+        self, source: Source, k_max: int, min_gain: float, draft: Callable[[int], Proposal], rival: float = 1.0
+    ) -> Proposal | None:
+        """rival: what another source promises for this step; a plan that promises less is neither taken nor probed."""
         k_max = min(k_max, source.k_max)
         k, s = source.plan(self.r, k_max, min_gain)
+        if rival > s:
+            return None
         probing = k == 0
         if probing:
             # Probe only a source that could pay at all here, at the length that would pay best.
