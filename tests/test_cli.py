@@ -256,3 +256,19 @@ def test_models_list_says_what_speculation_buys_once_a_pair_has_loaded(tiny_mode
     assert (speculation["draft_length"], speculation["expected_speedup"]) == (k, round(gain, 3))
     assert speculation["plain_tokens_per_s"] == round(1 / cal.t1, 2) and speculation["draft_cost"] == cal.c
     assert row.endswith(speculation["text"])
+
+
+def test_generate_keeps_its_answers_for_later_runs_only_when_asked(tiny_model, tmp_path):
+    cache = tmp_path / "home" / "cache"
+    env = {"SPECCHAT_HOME": str(tmp_path / "home")}
+    args = ["generate", "--target", str(tiny_model), "--mode", "plain", "--max-tokens", "8", "--json"]
+    said = specchat(*args, "--prompt", "The capital of France is", env=env)
+    assert said.returncode == 0, said.stderr
+    assert not list(cache.glob("answers-*"))  # what was said stays in the process unless the user asks
+    answers = []
+    for prompt in ("The capital of France is", "Rain falls on"):
+        kept = specchat(*args, "--keep-answers", "--prompt", prompt, env=env)
+        assert kept.returncode == 0, kept.stderr
+        answers.append(json.loads(kept.stdout)["tokens"])
+    (path,) = cache.glob("answers-*.json")
+    assert [answer for _, answer in json.loads(path.read_text())["answers"]] == answers

@@ -27,9 +27,10 @@ class HostStatus:
 
 
 class EngineHost:
-    def __init__(self, draft_as_is: bool = False) -> None:
-        """draft_as_is: never draft with a copy of the draft re-quantized for the CPU (see Engine.load)."""
-        self.draft_as_is = draft_as_is
+    def __init__(self, draft_as_is: bool = False, keep_answers: bool = False) -> None:
+        """draft_as_is: never draft with a copy of the draft re-quantized for the CPU; keep_answers: keep answers in
+        the cache folder for auto mode to copy from after a restart (see Engine.load)."""
+        self.draft_as_is, self.keep_answers = draft_as_is, keep_answers
         self.engine: Engine | None = None
         self._status = HostStatus(
             "empty", "No model loaded: choose or download a pair in the Models tab.", None, None, 0
@@ -67,7 +68,8 @@ class EngineHost:
         engine = None
         try:
             copy_dir = None if self.draft_as_is else cache_dir()
-            engine = Engine.load(target, draft, config, copy_dir, self._progress, cache_dir())
+            answers = cache_dir() if self.keep_answers else None
+            engine = Engine.load(target, draft, config, copy_dir, self._progress, cache_dir(), answers_dir=answers)
             # auto mode (the default) needs this machine's costs: measure them now, not in the first answer.
             engine.calibration()
         except Exception as e:  # a load thread that died silently would leave the app "loading" forever

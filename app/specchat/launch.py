@@ -33,6 +33,23 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_answers_argument(p: argparse.ArgumentParser) -> None:
+    """--keep-answers, for the commands whose answers later requests may copy from: generate, ui and serve."""
+    p.add_argument(
+        "--keep-answers",
+        action="store_true",
+        help="keep answers in specchat's cache folder (as token ids, readable by whoever can read that folder) for auto"
+        " mode to copy from after a restart too, as it does from earlier answers within one process: for agents and"
+        " editors that send the same files again",
+    )
+
+
+def answers_dir(args: argparse.Namespace) -> Path | None:
+    """Where Engine.load keeps answers for the next process: None (this process only) unless --keep-answers, which
+    bench has not: each prompt of its suite answers alone."""
+    return catalog.cache_dir() if getattr(args, "keep_answers", False) else None
+
+
 def resolve_models(args: argparse.Namespace) -> tuple[Path, Path | None]:
     """The (target, draft) paths the user asked for, or the installed default pair."""
     if args.pair and (args.target or args.draft):
@@ -59,7 +76,8 @@ def cpu_copy_dir(args: argparse.Namespace) -> Path | None:
 
 def load_engine(args: argparse.Namespace, target: Path, draft: Path | None) -> Engine:
     """The engine as the command line asked for it, with specchat's cache folder for the draft copy and calibration."""
-    return Engine.load(target, draft, backend_config(args), cpu_copy_dir(args), print_progress, catalog.cache_dir())
+    config, cache = backend_config(args), catalog.cache_dir()
+    return Engine.load(target, draft, config, cpu_copy_dir(args), print_progress, cache, answers_dir=answers_dir(args))
 
 
 def pair_calibration(name: str, cat: catalog.Catalog) -> Calibration | None:

@@ -36,14 +36,30 @@ def tiny(tiny_model, tmp_path_factory):
     engine.close()
 
 
-def run(engine, messages, **kw) -> tuple[list, list[tuple[str, VerifyStep]]]:
-    """Events, and each verify step with the strategy that drafted it."""
+def run(engine, prompt, **kw) -> tuple[list, list[tuple[str, VerifyStep]]]:
+    """Events, and each verify step with the strategy that drafted it; prompt: chat messages or token ids."""
     steps: list[tuple[str, VerifyStep]] = []
     engine.on_verify = lambda step: steps.append((engine.last_stats.strategy, step))
+    settings = GenerationSettings(mode="auto", **kw)
     try:
-        return list(engine.chat(messages, GenerationSettings(mode="auto", **kw))), steps
+        chat = isinstance(prompt[0], dict)
+        return list(engine.chat(prompt, settings) if chat else engine.generate_tokens(prompt, settings)), steps
     finally:
         engine.on_verify = None
+
+
+def cheap_batches(real: Calibration) -> Calibration:
+    """real's costs but for batches as cheap as a GPU's, where drafting pays even for the tiny model drafting for
+    itself (its draft costs a whole step)."""
+    return Calibration(real.t1, {n: 1.0 + 0.02 * n for n in range(2, K_MAX + 2)}, 0.1, real.key)
+
+
+def copied_from_earlier(engine, prompt) -> int:
+    """Tokens auto accepted from earlier answers in 20 tokens of an answer to prompt, every step checked exact."""
+    _, steps = run(engine, prompt, max_tokens=20)
+    for _, step in steps:
+        assert step.drafts[: step.n_accepted] == step.logits.argmax(axis=1)[: step.n_accepted].tolist()
+    return sum(step.n_accepted for strategy, step in steps if strategy.startswith("earlier answers"))
 
 
 def test_calibration_measures_once_and_is_cached(tiny):
@@ -98,8 +114,7 @@ def test_auto_drafts_with_the_model_where_drafts_are_cheap_and_stays_exact(tiny)
     real = tiny.calibration()
     # A GPU-like machine: batches cost about one step and the draft a tenth of one. The model drafting for itself
     # costs a whole step: costs held at calibration's, lest auto learn that and stop drafting.
-    tiny._calibration = Calibration(real.t1, {n: 1.0 + 0.02 * n for n in range(2, K_MAX + 2)}, 0.1, real.key)
-    tiny.policy = replace(DEFAULT_POLICY, cost_weight=0.0)
+    tiny._calibration, tiny.policy = cheap_batches(real), replace(DEFAULT_POLICY, cost_weight=0.0)
     try:
         events, steps = run(tiny, STORY, max_tokens=100)
     finally:
@@ -118,33 +133,48 @@ def test_auto_drafts_with_the_model_where_drafts_are_cheap_and_stays_exact(tiny)
 
 def test_auto_copies_from_an_earlier_answer_to_another_request(tiny):
     real = tiny.calibration()
-    tiny._calibration = Calibration(real.t1, {n: 1.0 + 0.02 * n for n in range(2, K_MAX + 2)}, 0.1, real.key)
-    tiny.policy = replace(DEFAULT_POLICY, cost_weight=0.0)
+    tiny._calibration, tiny.policy = cheap_batches(real), replace(DEFAULT_POLICY, cost_weight=0.0)
     first = tiny.text_prompt("The old lighthouse keeper wrote in his diary every night.")
     try:
         answer = [event.token for event in tiny.generate_tokens(first, GenerationSettings("plain", max_tokens=40))]
         # Another request picks up the middle of that answer: what follows is in no prompt, only in the answer.
         second = [*first, *answer[:15]]
-        steps = []
-        tiny.on_verify = lambda step: steps.append((tiny.last_stats.strategy, step))
-        list(tiny.generate_tokens(second, GenerationSettings("auto", max_tokens=20)))
-        copied = [step for strategy, step in steps if strategy.startswith("earlier answers")]
-        assert sum(step.n_accepted for step in copied) >= 5, [strategy for strategy, _ in steps]
-        for _, step in steps:
-            assert step.drafts[: step.n_accepted] == step.logits.argmax(axis=1)[: step.n_accepted].tolist()
+        assert copied_from_earlier(tiny, second) >= 5
         # The same request asked again is answered anew, not from its own earlier answer, nor from a cleared one.
         tiny.answers.clear()
         tiny.answers.add(second, answer[15:])
-        steps.clear()
-        list(tiny.generate_tokens(second, GenerationSettings("auto", max_tokens=20)))
-        assert steps and not any(strategy.startswith("earlier answers") for strategy, _ in steps)
+        assert copied_from_earlier(tiny, second) == 0
     finally:
-        tiny._calibration, tiny.policy, tiny.on_verify = real, DEFAULT_POLICY, None
+        tiny._calibration, tiny.policy = real, DEFAULT_POLICY
+
+
+def test_answers_kept_in_the_cache_folder_are_copied_from_by_the_next_engine(tiny, tiny_model, tmp_path):
+    first = tiny.text_prompt("The old lighthouse keeper wrote in his diary every night.")
+    answered = Engine.load(tiny_model, answers_dir=tmp_path)
+    try:
+        answer = [event.token for event in answered.generate_tokens(first, GenerationSettings("plain", max_tokens=40))]
+    finally:
+        answered.close()
+    (kept,) = tmp_path.glob("answers-*.json")
+    later = Engine.load(tiny_model, tiny_model, answers_dir=tmp_path)
+    try:
+        later._calibration, later.policy = cheap_batches(tiny.calibration()), replace(DEFAULT_POLICY, cost_weight=0.0)
+        assert copied_from_earlier(later, [*first, *answer[:15]]) >= 5
+    finally:
+        later.close()
+    # Without a folder to keep them in, an engine starts with none, and keeps none.
+    alone = Engine.load(tiny_model, tiny_model)
+    try:
+        alone._calibration, alone.policy = later._calibration, later.policy
+        assert copied_from_earlier(alone, [*first, *answer[:15]]) == 0
+    finally:
+        alone.close()
+    assert list(tmp_path.glob("answers-*")) == [kept]
 
 
 def test_auto_runs_by_the_policy_the_engine_is_given(tiny):
     real = tiny.calibration()
-    tiny._calibration = Calibration(real.t1, {n: 1.0 + 0.02 * n for n in range(2, K_MAX + 2)}, 0.1, real.key)
+    tiny._calibration = cheap_batches(real)
     # Where the default policy drafts with the model (above), one asking a 100-fold gain and never probing does not
     tiny.policy = replace(DEFAULT_POLICY, min_gain=100.0, model_min_gain=100.0, explore_share=0.0)
     try:

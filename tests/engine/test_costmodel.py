@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,7 +25,7 @@ from specchat.engine.costmodel import (
     speedup,
     speedups,
 )
-from specchat.engine.drafters import RESUME_WINDOW, EarlierAnswers, LookupDrafter, ModelDrafter
+from specchat.engine.drafters import RESUME_WINDOW, SEPARATOR, EarlierAnswers, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
 from specchat.engine.policy import DEFAULT_POLICY, AutoPolicy
 from specchat.engine.sampling import SamplingParams
@@ -184,15 +186,59 @@ def earlier_by_definition(answers, asked, context, k, n_min, n_max, max_tokens) 
     max_tokens=st.integers(1, 80),
 )
 def test_earlier_answers_offer_what_their_definition_says(answers, context, n_min, extra, k, max_tokens):
-    pool = EarlierAnswers(max_tokens)
-    for prompt, answer in answers:
-        pool.add([prompt], answer)
-    corpus = pool.for_prompt([0])
-    copied, n = corpus.find(context, k, n_min, n_min + extra) if corpus is not None else ([], 0)
-    assert copied == earlier_by_definition(answers, 0, context, k, n_min, n_min + extra, max_tokens)
-    assert (n >= n_min) == bool(copied)
-    pool.clear()
+    with tempfile.TemporaryDirectory() as folder:
+        kept = Path(folder) / "answers.json"
+        pool = EarlierAnswers(max_tokens)
+        pool.keep_in(kept, n_vocab=4)
+        for prompt, answer in answers:
+            pool.add([prompt], answer)
+        # The next process, reading what this one kept, offers the same.
+        reread = EarlierAnswers(max_tokens)
+        reread.keep_in(kept, n_vocab=4)
+        for offered in (pool, reread):
+            corpus = offered.for_prompt([0])
+            copied, n = corpus.find(context, k, n_min, n_min + extra) if corpus is not None else ([], 0)
+            assert copied == earlier_by_definition(answers, 0, context, k, n_min, n_min + extra, max_tokens)
+            assert (n >= n_min) == bool(copied)
+        pool.clear()
+        assert pool.for_prompt([0]) is None
+        reread = EarlierAnswers(max_tokens)
+        reread.keep_in(kept, n_vocab=4)
+        assert reread.for_prompt([0]) is None
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [
+        "",
+        '{"answers": [["a", [1, 2',  # cut short
+        '{"answers": [["a", [1, 200]]]}',  # a token past the vocabulary
+        '{"answers": [["a", [1, -1]]]}',
+        '{"answers": [["a", [1.5]]]}',
+        '{"answers": 3}',
+        '{"answers": [[1, [1]]]}',
+        "[1, 2]",
+        "\udcff",
+    ],
+)
+def test_kept_answers_that_cannot_be_read_start_afresh(tmp_path, kept):
+    path = tmp_path / "answers.json"
+    path.write_text(kept, errors="surrogateescape")
+    pool = EarlierAnswers(100)
+    pool.keep_in(path, n_vocab=100)
     assert pool.for_prompt([0]) is None
+    pool.add([1], [7, 8, 9])
+    reread = EarlierAnswers(100)
+    reread.keep_in(path, n_vocab=100)
+    assert reread.for_prompt([0]).tokens == [SEPARATOR, 7, 8, 9]
+
+
+def test_answers_kept_where_they_cannot_be_written_still_serve_this_process(tmp_path):
+    (tmp_path / "a file").write_text("")
+    pool = EarlierAnswers(100)
+    pool.keep_in(tmp_path / "a file" / "answers.json", n_vocab=100)
+    pool.add([1], [7, 8, 9])
+    assert pool.for_prompt([0]).tokens == [SEPARATOR, 7, 8, 9]
 
 
 def judge(drafter: AutoDrafter, n_drafted: int, n_accepted: int) -> None:

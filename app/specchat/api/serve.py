@@ -30,7 +30,7 @@ def main(args: argparse.Namespace) -> int:
     key = api_key(args)
     target, draft = resolve_models(args)
     sock = bind(args.host, args.port)  # before seconds of loading: a port in use is known at once
-    host = EngineHost(draft_as_is=args.draft_as_is)
+    host = EngineHost(draft_as_is=args.draft_as_is, keep_answers=args.keep_answers)
     try:
         host.load(target, draft, backend_config(args))
         status = host.wait_loaded(on_message=print_progress)

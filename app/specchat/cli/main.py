@@ -18,10 +18,11 @@ _RESET = "\033[0m"
 
 def _generate_parser(sub) -> None:
     from specchat.engine import MODES
-    from specchat.launch import add_model_arguments
+    from specchat.launch import add_answers_argument, add_model_arguments
 
     p = sub.add_parser("generate", help="generate one answer from the command line")
     add_model_arguments(p)
+    add_answers_argument(p)
     p.add_argument("--prompt", required=True, help="the prompt ('-' reads standard input)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the target's chat template")
     p.add_argument("--system", help="system prompt (with --chat)")
@@ -95,7 +96,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _add_serving_arguments(p: argparse.ArgumentParser, default_port: int) -> None:
-    from specchat.launch import add_model_arguments, port
+    from specchat.launch import add_answers_argument, add_model_arguments, port
 
     p.add_argument("--host", default="127.0.0.1", help="interface to serve on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=port, default=default_port, help=f"port to serve on (default {default_port})")
@@ -104,6 +105,7 @@ def _add_serving_arguments(p: argparse.ArgumentParser, default_port: int) -> Non
         help="demand `Authorization: Bearer KEY` on the API's routes (default: $SPECCHAT_API_KEY; unset: no key)",
     )
     add_model_arguments(p)
+    add_answers_argument(p)
 
 
 def _cmd_ui(args: argparse.Namespace) -> int:

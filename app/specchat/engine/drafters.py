@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -135,17 +139,32 @@ class EarlierAnswers:
     """Answers this process gave before, for auto mode to copy from: agents and editors send the same files again
     and get much the same answers, in requests that share no context. The oldest go first past max_tokens. An
     answer is offered to other prompts only: a prompt asked again (a benchmark's repeat, a retry) is answered anew,
-    not from its own earlier answer."""
+    not from its own earlier answer.
+
+    keep_in(path) keeps them in a file too, for the next process to copy from."""
 
     def __init__(self, max_tokens: int):
         self.max_tokens = max_tokens
-        self._answers: deque[tuple[int, list[int]]] = deque()  # (the prompt's hash, the answer)
+        self.path: Path | None = None
+        self._answers: deque[tuple[str, list[int]]] = deque()  # (the prompt's digest, the answer)
         self._size = 0
+
+    def keep_in(self, path: Path, n_vocab: int) -> None:
+        """Take the answers kept at path (tokens of a vocabulary of n_vocab) and write there after each answer. A
+        file that cannot be read is a cache lost, not an error: it starts afresh. Two processes keeping the same
+        file each write what they hold: the last one's answers win."""
+        for asked, answer in read_answers(path, n_vocab):
+            self._append(asked, answer)
+        self.path = path
 
     def add(self, prompt: list[int], answer: list[int]) -> None:
         if not answer or len(answer) > self.max_tokens:
             return
-        self._answers.append((hash(tuple(prompt)), list(answer)))
+        self._append(prompt_digest(prompt), list(answer))
+        self._keep()
+
+    def _append(self, asked: str, answer: list[int]) -> None:
+        self._answers.append((asked, answer))
         self._size += len(answer)
         while self._size > self.max_tokens:
             self._size -= len(self._answers.popleft()[1])
@@ -153,16 +172,52 @@ class EarlierAnswers:
     def clear(self) -> None:
         self._answers.clear()
         self._size = 0
+        self._keep()
+
+    def _keep(self) -> None:
+        if self.path is None:
+            return
+        # Written whole and renamed into place: a process killed mid-write leaves the previous file, never half one.
+        part = self.path.with_name(self.path.name + ".part")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            part.write_text(json.dumps({"answers": [[asked, answer] for asked, answer in self._answers]}))
+            os.replace(part, self.path)
+        except OSError:  # a full or read-only disk: this process still copies from what it holds
+            pass
 
     def for_prompt(self, prompt: list[int]) -> Corpus | None:
         """The answers to other prompts, newest last, as one sequence to search (SEPARATOR between answers); None
         where there are none."""
-        key = hash(tuple(prompt))
+        key = prompt_digest(prompt)
         tokens: list[int] = []
         for asked, answer in self._answers:
             if asked != key:
                 tokens += [SEPARATOR, *answer]
         return Corpus(tokens) if tokens else None
+
+
+def prompt_digest(prompt: Sequence[int]) -> str:
+    """A prompt's name in EarlierAnswers, the same in every process and Python version."""
+    return hashlib.blake2b(np.asarray(prompt, dtype=np.int64).tobytes(), digest_size=16).hexdigest()
+
+
+def read_answers(path: Path, n_vocab: int) -> list[tuple[str, list[int]]]:
+    """What EarlierAnswers kept at path, oldest first; [] where there is no such file, it cannot be read or it
+    holds a token past n_vocab (a file edited by hand, or of another model)."""
+    try:
+        answers = [(asked, answer) for asked, answer in json.loads(path.read_text())["answers"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+    def whole(asked: object, answer: object) -> bool:
+        return (
+            isinstance(asked, str)
+            and isinstance(answer, list)
+            and all(type(t) is int and 0 <= t < n_vocab for t in answer)
+        )
+
+    return answers if all(whole(asked, answer) for asked, answer in answers) else []
 
 
 SEPARATOR = -1  # between answers in a Corpus: no token id, so no match spans two answers

@@ -6,6 +6,7 @@ prompt + output so far and context[-1] (`last`) is the newest token, not yet eva
 
 from __future__ import annotations
 
+import hashlib
 import numbers
 import threading
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
-from specchat.engine.calibration import Calibration, load_or_measure
+from specchat.engine.calibration import Calibration, file_id, load_or_measure
 from specchat.engine.draft_copy import choose_draft
 from specchat.engine.drafters import Drafter, EarlierAnswers, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
@@ -107,11 +108,14 @@ class Engine:
         on_progress: Callable[[str], None] | None = None,
         cache_dir: Path | None = None,
         policy: AutoPolicy = DEFAULT_POLICY,
+        answers_dir: Path | None = None,
     ) -> Engine:
         """cpu_copy_dir: where a copy of the draft re-quantized for the CPU may be made and kept, to draft with
         when it measures faster (draft_copy.py); None, or a draft on the GPU: the draft file as it is.
         on_progress hears of that work, which takes seconds the first time, and later of calibration's. cache_dir:
-        where auto mode's calibration of this machine is kept (None: measured again by each process)."""
+        where auto mode's calibration of this machine is kept (None: measured again by each process). answers_dir:
+        where the answers auto mode copies from in other requests are kept for the next process (None: this process
+        only; they are what was said, so keeping them is the user's choice)."""
         note = None
         draft_file = Path(draft_path) if draft_path is not None else None
         if draft_file is not None:
@@ -129,6 +133,9 @@ class Engine:
         engine = cls(target, draft, policy)
         engine.draft_note, engine.draft_file = note, draft_file
         engine.cache_dir = cache_dir
+        if answers_dir is not None:  # one file a target: its tokens mean something to its vocabulary only
+            name = hashlib.sha256(file_id(Path(target_path)).encode()).hexdigest()[:16]
+            engine.answers.keep_in(answers_dir / f"answers-{name}.json", target.n_vocab)
         engine.on_progress = on_progress
         return engine
 

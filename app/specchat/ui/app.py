@@ -94,7 +94,7 @@ def main(args: argparse.Namespace, sock: socket.socket) -> int:
     logs.configure()
     auth = web_auth(args)
     overrides = {name: getattr(args, name) for name in ("threads", "gpu_layers") if getattr(args, name) is not None}
-    host = EngineHost(draft_as_is=args.draft_as_is)
+    host = EngineHost(draft_as_is=args.draft_as_is, keep_answers=args.keep_answers)
     try:
         chosen = chosen_models(args)
     except catalog.NotInstalledError as e:
