@@ -44,12 +44,6 @@ def add_answers_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
-def answers_dir(args: argparse.Namespace) -> Path | None:
-    """Where Engine.load keeps answers for the next process: None (this process only) unless --keep-answers, which
-    bench has not: each prompt of its suite answers alone."""
-    return catalog.cache_dir() if getattr(args, "keep_answers", False) else None
-
-
 def resolve_models(args: argparse.Namespace) -> tuple[Path, Path | None]:
     """The (target, draft) paths the user asked for, or the installed default pair."""
     if args.pair and (args.target or args.draft):
@@ -74,10 +68,12 @@ def cpu_copy_dir(args: argparse.Namespace) -> Path | None:
     return None if args.draft_as_is else catalog.cache_dir()
 
 
-def load_engine(args: argparse.Namespace, target: Path, draft: Path | None) -> Engine:
-    """The engine as the command line asked for it, with specchat's cache folder for the draft copy and calibration."""
+def load_engine(args: argparse.Namespace, target: Path, draft: Path | None, keep_answers: bool = False) -> Engine:
+    """The engine as the command line asked for it, with specchat's cache folder for the draft copy and calibration,
+    and for its answers where keep_answers (--keep-answers; bench has none: each prompt of its suite answers alone)."""
     config, cache = backend_config(args), catalog.cache_dir()
-    return Engine.load(target, draft, config, cpu_copy_dir(args), print_progress, cache, answers_dir=answers_dir(args))
+    answers = cache if keep_answers else None
+    return Engine.load(target, draft, config, cpu_copy_dir(args), print_progress, cache, answers_dir=answers)
 
 
 def pair_calibration(name: str, cat: catalog.Catalog) -> Calibration | None:

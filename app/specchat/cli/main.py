@@ -60,7 +60,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     )
     target, draft = resolve_models(args)
     draft = draft if args.mode != "plain" else None
-    engine = load_engine(args, target, draft)
+    engine = load_engine(args, target, draft, keep_answers=args.keep_answers)
     if args.mode == "auto":
         engine.calibration()  # before the answer, not in its first step; load_engine gave it print_progress
     if args.chat:
