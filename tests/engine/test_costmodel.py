@@ -471,6 +471,19 @@ def test_live_costs_follow_the_steps_actually_measured(draft_model):
 
 
 @pytest.mark.models
+def test_the_draft_models_agreement_outlasts_a_run_of_misses_a_lookup_bands_does_not(draft_model):
+    cal = Calibration(0.365, COST_SHAPED_7B_R, 0.118, "7b-cost")
+    drafter = AutoDrafter(cal, auto_lookup(100), ModelDrafter(draft_model, 100))
+    band = drafter.lookup_sources[4]
+    for source in (drafter.model_source, band):
+        for _ in range(40):
+            source.tracker.update(1, 1)
+        for _ in range(5):  # the pair's agreement is the pair's; a band's matches change with the text
+            source.tracker.update(1, 0)
+    assert drafter.model_source.tracker.rates(1)[0] > 0.8 > band.tracker.rates(1)[0]
+
+
+@pytest.mark.models
 def test_a_draft_that_first_reads_context_it_has_not_seen_leaves_the_draft_cost_alone(draft_model):
     cal = Calibration(0.365, COST_SHAPED_7B_R, 0.118, "7b-cost")
     drafter = AutoDrafter(cal, auto_lookup(100), ModelDrafter(draft_model, 100))

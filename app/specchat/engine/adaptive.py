@@ -162,12 +162,15 @@ class Source:
         k_max: int,
         policy: AutoPolicy,
         prior_weight: float | None = None,
+        decay: float | None = None,
     ):
         """priors: acceptance at the first draft position and the later ones before any evidence, worth prior_weight
-        observations (default: the policy's tracker_weight)."""
+        observations (default: the policy's tracker_weight); decay: how fast old observations fade (default: the
+        policy's tracker_decay)."""
         self.name, self.cost, self.k_max = name, cost, k_max
         weight = policy.tracker_weight if prior_weight is None else prior_weight
-        self.tracker = AcceptanceTracker(*priors, weight, policy.tracker_decay, k_max)
+        decay = policy.tracker_decay if decay is None else decay
+        self.tracker = AcceptanceTracker(*priors, weight, decay, k_max)
         self.probe_loss_s = 0.0  # what probes of this source have lost against plain steps (less what they won)
 
     def speedups(self, r, k_max: int) -> list[float]:
@@ -227,7 +230,13 @@ class AutoDrafter(Drafter):
         )
         self.model_source = (
             Source(
-                "draft model", self.costs.c, (policy.model_prior,) * 2, policy.k_max, policy, policy.model_prior_weight
+                "draft model",
+                self.costs.c,
+                (policy.model_prior,) * 2,
+                policy.k_max,
+                policy,
+                policy.model_prior_weight,
+                policy.model_decay,
             )
             if model
             else None

@@ -55,6 +55,10 @@ class AutoPolicy:
     # plain, 1.41x at weight 8; other machines' replays moved by 0.01 or less).
     model_prior_weight: float = 8.0
     tracker_decay: float = 0.9
+    # The draft model's observations fade slower than a lookup band's: how often the pair agrees holds over an answer,
+    # where a band's matches change with the text. At 0.9 the last ten steps counted against a prior worth 8, and a
+    # long edit where the 0.5B agreed nine times in ten drafted 3 a step; at 0.98, 7 (docs/experiments.md).
+    model_decay: float = 0.98
     # How far each measured step moves the live costs from calibration's toward what steps really take (061b251).
     cost_weight: float = 0.2
     # How far each step moves the costs it did not measure back toward calibration's: a cost measured while other
