@@ -100,8 +100,13 @@ def test_positions_never_drafted_borrow_what_the_later_positions_showed():
     for _ in range(30):
         copying.update(3, 3)  # a copy in progress: every 3-token draft passes
         chance.update(3, 1)  # chance repeats: the first token passes, the second never
-    assert min(copying.rates(8)[3:]) > 0.9, "a longer draft of the copy looks as good as the short ones were"
+    assert min(copying.rates(7)[3:]) > 0.9, "a longer draft of the copy looks as good as the short ones were"
     assert max(chance.rates(8)[3:]) < 0.5
+    # Not much longer: positions past twice the deepest judged keep their prior until drafts reach further.
+    assert copying.rates(15)[7:] == [0.8] * 8
+    for _ in range(3):
+        copying.update(7, 7)
+    assert min(copying.rates(15)[7:]) > 0.9
 
 
 def test_a_copy_resumes_after_an_edit_from_where_it_left_off():

@@ -46,7 +46,8 @@ class AcceptanceTracker:
 
     The first position's prior is fixed; the later positions' prior is their pooled rate so far, so a position
     never drafted yet borrows what the positions before it showed: a copy whose 3-token drafts all pass argues
-    for trying 7.
+    for trying 7. Only so far: past `reach` times the deepest position judged yet, a position borrows no more than
+    later_prior, so 3-token drafts that pass do not argue for trying 15.
     """
 
     def __init__(
@@ -56,11 +57,12 @@ class AcceptanceTracker:
         weight: float = DEFAULT_POLICY.tracker_weight,
         decay: float = DEFAULT_POLICY.tracker_decay,
         k_max: int = DEFAULT_POLICY.k_max,
+        reach: float = DEFAULT_POLICY.borrow_reach,
     ):
         """prior: the first position's acceptance before any evidence; later_prior: the others' (default: the same)."""
         self.prior = prior
         self.later_prior = prior if later_prior is None else later_prior
-        self.weight, self.decay = weight, decay
+        self.weight, self.decay, self.reach = weight, decay, reach
         # Plain lists: auto mode reads the rates at every step, right after a decode has flushed the CPU's
         # caches, where numpy's per-call cost on these few numbers is what dominates (68 against 19 us a step).
         self.hits = [0.0] * k_max
@@ -69,7 +71,9 @@ class AcceptanceTracker:
     def rates(self, k: int) -> list[float]:
         w = self.weight
         later = (sum(self.hits[1:]) + w * self.later_prior) / (sum(self.tries[1:]) + w)
-        priors = [self.prior] + [later] * (k - 1)
+        judged = max((i + 1 for i, tries in enumerate(self.tries) if tries), default=1)
+        capped = min(later, self.later_prior)
+        priors = [self.prior] + [later if i <= self.reach * judged else capped for i in range(1, k)]
         return [(h + w * p) / (t + w) for h, t, p in zip(self.hits, self.tries, priors)]
 
     def update(self, n_drafted: int, n_accepted: int) -> None:
@@ -163,14 +167,16 @@ class Source:
         policy: AutoPolicy,
         prior_weight: float | None = None,
         decay: float | None = None,
+        reach: float | None = None,
     ):
         """priors: acceptance at the first draft position and the later ones before any evidence, worth prior_weight
         observations (default: the policy's tracker_weight); decay: how fast old observations fade (default: the
-        policy's tracker_decay)."""
+        policy's tracker_decay); reach: AcceptanceTracker's (default: the policy's borrow_reach)."""
         self.name, self.cost, self.k_max = name, cost, k_max
         weight = policy.tracker_weight if prior_weight is None else prior_weight
         decay = policy.tracker_decay if decay is None else decay
-        self.tracker = AcceptanceTracker(*priors, weight, decay, k_max)
+        reach = policy.borrow_reach if reach is None else reach
+        self.tracker = AcceptanceTracker(*priors, weight, decay, k_max, reach)
         self.probe_loss_s = 0.0  # what probes of this source have lost against plain steps (less what they won)
 
     def speedups(self, r, k_max: int) -> list[float]:
@@ -237,6 +243,7 @@ class AutoDrafter(Drafter):
                 policy,
                 policy.model_prior_weight,
                 policy.model_decay,
+                math.inf,  # its sureness gates each token it drafts (_worth_drafting), however far its rate reaches
             )
             if model
             else None

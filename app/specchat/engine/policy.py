@@ -70,6 +70,11 @@ class AutoPolicy:
     # Prior acceptance (first position, later ones) of a match of copy_match tokens or more in an earlier answer: set,
     # not measured; a copy less often than such a match in this conversation (the 4-gram band's 0.8).
     earlier_prior: tuple[float, float] = (0.6, 0.8)
+    # How far a lookup band's pooled acceptance of its later positions reaches past the deepest position judged yet, as
+    # a multiple (a draft of 3 that passes argues for 7, 7 for 15); further, no more than the band's prior. Unbounded,
+    # a band bet 15 drafts after three 3-token drafts passed, where on a Zen 4 a batch of 16 costs 7.5 steps, and lost
+    # (RAG 0.84-0.89x plain there; docs/experiments.md, "How far a short draft's success reaches").
+    borrow_reach: float = 2.0
     # Whether plain steps judge the undrafted proposal of a likely copy: evidence for free (85839ed, zen5-shadow-ab).
     judge_shadow: bool = True
     # Whether prompt lookup's match yields to the draft model where the model's plan promises more: first come, a
