@@ -67,17 +67,18 @@ class AcceptanceTracker:
         # caches, where numpy's per-call cost on these few numbers is what dominates (68 against 19 us a step).
         self.hits = [0.0] * k_max
         self.tries = [0.0] * k_max
+        self.judged = 1  # the deepest position judged so far (counts fade, never to zero): what `reach` multiplies
 
     def rates(self, k: int) -> list[float]:
         w = self.weight
         later = (sum(self.hits[1:]) + w * self.later_prior) / (sum(self.tries[1:]) + w)
-        judged = max((i + 1 for i, tries in enumerate(self.tries) if tries), default=1)
         capped = min(later, self.later_prior)
-        priors = [self.prior] + [later if i <= self.reach * judged else capped for i in range(1, k)]
+        priors = [self.prior] + [later if i <= self.reach * self.judged else capped for i in range(1, k)]
         return [(h + w * p) / (t + w) for h, t, p in zip(self.hits, self.tries, priors)]
 
     def update(self, n_drafted: int, n_accepted: int) -> None:
         seen = min(n_accepted + 1, n_drafted)  # positions past the first rejection were never judged
+        self.judged = max(self.judged, seen)
         for i in range(seen):
             self.hits[i] = self.hits[i] * self.decay + (i < n_accepted)
             self.tries[i] = self.tries[i] * self.decay + 1
