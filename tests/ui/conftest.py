@@ -20,9 +20,11 @@ ARTIFACTS = ROOT_ARTIFACTS / "ui"
 START_SETTINGS = {"mode": "speculative", "k": 4, "temperature": 0.0, "seed": 0, "max_tokens": 160, "overlay": True}
 
 
-def _start(home: Path, args: list[str], env: dict[str, str] | None = None, host: str | None = None) -> Iterator[Server]:
+def _start(
+    home: Path, args: list[str], env: dict[str, str] | None = None, host: str | None = None, ready: str = "/"
+) -> Iterator[Server]:
     # Offline unless a test brings its own hub: nothing may leave this machine.
-    yield from serving(home, ["ui", "--no-browser"], args, env or {"HF_HUB_OFFLINE": "1"}, host=host)
+    yield from serving(home, ["ui", "--no-browser"], args, env or {"HF_HUB_OFFLINE": "1"}, ready, host=host)
 
 
 @pytest.fixture(scope="module")
