@@ -216,11 +216,20 @@ def _cheapest(
     return min(best[n].values())
 
 
-def replayed_cost(answer: Answer, calibration: Calibration, n_vocab: int, costs: Prices, policy: AutoPolicy) -> float:
+def replayed_cost(
+    answer: Answer,
+    calibration: Calibration,
+    n_vocab: int,
+    costs: Prices,
+    policy: AutoPolicy,
+    live: LiveCosts | None = None,
+) -> float:
     """Target steps (units of t1) that auto mode's policy takes for the answer, at costs (which stay put; the
-    policy starts from calibration, and its own LiveCosts learn from its steps)."""
+    policy starts from calibration, and its own LiveCosts learn from its steps); live: what earlier answers
+    learned of the costs, as one engine keeps it from prompt to prompt (else the answer starts afresh)."""
     recorded = RecordedDraft(answer, n_vocab, costs)
-    auto = AutoDrafter(calibration, auto_lookup(n_vocab, policy), ModelDrafter(recorded, n_vocab), policy=policy)
+    model = ModelDrafter(recorded, n_vocab)
+    auto = AutoDrafter(calibration, auto_lookup(n_vocab, policy), model, live, policy=policy)
     context = list(answer.prompt)
     auto.prefill(context)  # prompt time, not counted (as in `specchat bench`)
     tokens, t, spent_s = answer.tokens, 0, 0.0
@@ -289,6 +298,11 @@ def main() -> None:
         "--r-long", type=float, help=f"r({K_LONG + 1}) for a calibration that did not measure it (else never drafted)"
     )
     ap.add_argument(
+        "--carry-costs",
+        action="store_true",
+        help="carry what auto learned of the costs from answer to answer, in the suite's order, as one engine does",
+    )
+    ap.add_argument(
         "--policy-json",
         default="{}",
         help="auto's policy: the fields of AutoPolicy (engine/policy.py) that differ from DEFAULT_POLICY, as a JSON "
@@ -317,13 +331,14 @@ def main() -> None:
             + ", ".join(f"r({n}) = {costs.r(n):.2f}" for n in (2, 4, 8, 16, K_LONG + 1))
         )
         totals: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(len(columns) + 1))
+        live = LiveCosts(cal, policy.cost_weight, policy.cost_relax)
         for answer_id, answer in answers:
             if args.branch:
                 steps = branch_ceilings(answer, costs, n_vocab, policy)
                 steps += [fixed_chain_cost(answer, costs, k, b) for k in (1, 2, 3, 4) for b in (False, True)]
             else:
                 steps = [] if args.auto_only else ceilings(answer, costs, n_vocab, policy)
-                steps.append(replayed_cost(answer, cal, n_vocab, costs, policy))
+                steps.append(replayed_cost(answer, cal, n_vocab, costs, policy, live if args.carry_costs else None))
             n = len(answer.tokens)
             if len(calibrations) <= 1:
                 line = ", ".join(f"{c} {n / s:.2f}x" for c, s in zip(columns, steps))
