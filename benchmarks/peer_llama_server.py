@@ -9,6 +9,13 @@ specchat. specchat's engine runs in this process, plain and auto. Every prompt o
 through every mode, the order rotating prompt by prompt and repeat by repeat (the run right after another
 engine's can read slow). Prompts are the same tokens (specchat's chat template) for both engines; greedy.
 
+Each engine keeps what it learns across requests as it would deployed, within a repeat only: llama-server's
+ngram-mod pools n-grams of every request it served (the servers start afresh for each repeat, so that a prompt's
+own earlier answer is never in it), and specchat's auto copies from the answers auto gave this repeat (other
+prompts' only, as the engine does; plain's answers are not kept). Results folders before `zen4-peer-fair` ran the
+servers through all repeats and gave specchat no earlier answers: there ngram-mod pooled the answers to the prompts
+before, and from the second repeat on copied its own answer to the same prompt.
+
 Speed is generation only, prompt processing excluded, for both: llama-server's timings.predicted_n /
 predicted_ms, specchat's Stats.tokens / wall_s. Per category: the median over repeats of total tokens / total
 time, each mode's as a ratio to its own engine's plain decoding.
@@ -29,6 +36,7 @@ from pathlib import Path
 
 from specchat.bench.run import BUILTIN, load_suite
 from specchat.engine import Engine, GenerationSettings
+from specchat.engine.drafters import EarlierAnswers
 from specchat.engine.llama_backend import default_threads
 from specchat.models.catalog import cache_dir
 
@@ -99,42 +107,47 @@ def main() -> None:
     items = load_suite(BUILTIN, args.categories)
     logs = (args.out.parent if args.out else Path(".")) / "llama-server-logs"
     logs.mkdir(parents=True, exist_ok=True)
+    warm_up = engine.text_prompt("Count from one to ten:")  # no prompt of the suite: nothing a pool could copy
+    auto_answers = EarlierAnswers(engine.policy.earlier_tokens)
+    names = ["specchat plain", *(f"server {spec}" for spec in ["none", *specs]), "specchat auto"]
     records = []
-    with ExitStack() as stack:
-        servers = {}
-        for spec in ["none", *specs]:
-            # the draft as specchat runs it (its CPU copy where that is faster): the same draft for both engines
-            server = Server(args.llama_server, args.target, engine.draft.path, spec, threads, logs / f"{spec}.log")
-            stack.callback(server.close)
-            servers[f"server {spec}"] = server
+    totals: dict[tuple[str, str, int], list[float]] = defaultdict(lambda: [0, 0.0])
 
-        def run(item, mode: str) -> dict:
-            prompt = engine.chat_prompt(item.messages)
-            if mode in servers:
-                timings = servers[mode].complete(prompt, args.max_tokens)["timings"]
-                return {
-                    "tokens": timings["predicted_n"],
-                    "seconds": timings["predicted_ms"] / 1000,
-                    "drafted": timings.get("draft_n", 0),
-                    "accepted": timings.get("draft_n_accepted", 0),
-                }
-            engine._auto = None  # a fresh conversation each run
-            engine.answers.clear()  # and no earlier answers: each prompt on its own
-            stats = list(engine.generate_tokens(prompt, GenerationSettings(mode=mode, max_tokens=args.max_tokens)))
-            s = stats[-1].stats
-            return {"tokens": s.tokens, "seconds": s.wall_s, "drafted": s.drafted, "accepted": s.accepted}
+    def run(servers: dict[str, Server], item, mode: str) -> dict:
+        prompt = engine.chat_prompt(item.messages)
+        if mode in servers:
+            timings = servers[mode].complete(prompt, args.max_tokens)["timings"]
+            return {
+                "tokens": timings["predicted_n"],
+                "seconds": timings["predicted_ms"] / 1000,
+                "drafted": timings.get("draft_n", 0),
+                "accepted": timings.get("draft_n_accepted", 0),
+            }
+        engine._auto = None  # a fresh conversation each run
+        engine.answers = auto_answers if mode == "auto" else EarlierAnswers(0)
+        stats = list(engine.generate_tokens(prompt, GenerationSettings(mode=mode, max_tokens=args.max_tokens)))
+        s = stats[-1].stats
+        return {"tokens": s.tokens, "seconds": s.wall_s, "drafted": s.drafted, "accepted": s.accepted}
 
-        names = ["specchat plain", *servers, "specchat auto"]
-        run(items[0], "plain")  # warm-up, each engine
-        for name in servers:
-            servers[name].complete(engine.chat_prompt(items[0].messages), 16)
-        totals: dict[tuple[str, str, int], list[float]] = defaultdict(lambda: [0, 0.0])
-        for rep in range(args.repeats):
+    engine.answers = EarlierAnswers(0)
+    list(engine.generate_tokens(warm_up, GenerationSettings(mode="plain", max_tokens=16)))
+    for rep in range(args.repeats):
+        auto_answers.clear()
+        with ExitStack() as stack:
+            servers = {}
+            for spec in ["none", *specs]:
+                # the draft as specchat runs it (its CPU copy where that is faster): the same draft for both engines
+                log = logs / f"{spec}-{rep}.log"
+                server = Server(args.llama_server, args.target, engine.draft.path, spec, threads, log)
+                stack.callback(server.close)
+                server.complete(warm_up, 16)
+                servers[f"server {spec}"] = server
             for i, item in enumerate(items):
                 turn = (rep * 3 + i) % len(names)
                 for name in names[turn:] + names[:turn]:
                     mode = name.removeprefix("specchat ") if name.startswith("specchat") else name
-                    record = run(item, mode) | {"mode": name, "id": item.id, "category": item.category, "rep": rep}
+                    record = run(servers, item, mode) | {"mode": name, "id": item.id, "category": item.category}
+                    record["rep"] = rep
                     records.append(record)
                     totals[name, item.category, rep][0] += record["tokens"]
                     totals[name, item.category, rep][1] += record["seconds"]
