@@ -165,7 +165,11 @@ def main() -> None:
                 continue
             base = "specchat plain" if name.startswith("specchat") else "server none"
             ratios = [a / p for a, p in zip(rate[name], rate[base])]
-            line.append(f"{name} {statistics.median(ratios):.2f}x")
+            mine = [r for r in records if r["mode"] == name and r["category"] == cat]
+            taken, made = sum(r["accepted"] for r in mine), sum(r["drafted"] for r in mine)
+            # a mode that drafted nothing ran its engine's plain decoding: its ratio is this machine's noise
+            drafts = f"{taken}/{made} drafts taken" if made else "no drafts: plain against plain"
+            line.append(f"{name} {statistics.median(ratios):.2f}x ({drafts})")
         print("; ".join(line))
 
 
