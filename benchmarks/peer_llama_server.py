@@ -169,7 +169,12 @@ def main() -> None:
             taken, made = sum(r["accepted"] for r in mine), sum(r["drafted"] for r in mine)
             # a mode that drafted nothing ran its engine's plain decoding: its ratio is this machine's noise
             drafts = f"{taken}/{made} drafts taken" if made else "no drafts: plain against plain"
-            line.append(f"{name} {statistics.median(ratios):.2f}x ({drafts})")
+            # greedy answers part at near-ties (a batch's numerics against a single token's): a ratio over answers of
+            # other lengths compares different texts
+            plain = {(r["id"], r["rep"]): r["tokens"] for r in records if r["mode"] == base}
+            other = sum(r["tokens"] != plain[r["id"], r["rep"]] for r in mine)
+            differ = f", {other} of {len(mine)} answers not plain's length" if other else ""
+            line.append(f"{name} {statistics.median(ratios):.2f}x ({drafts}{differ})")
         print("; ".join(line))
 
 
