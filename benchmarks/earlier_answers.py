@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -62,6 +63,27 @@ ASKS = (
 CONFIGS = ("plain", "auto", "auto, this request only")
 
 
+def interleaved(
+    asks: Sequence[str],
+    configs: Sequence[str],
+    repeats: int,
+    run: Callable[[str, str], dict],
+    new_repeat: Callable[[], None] = lambda: None,
+) -> list[dict]:
+    """Every request through every configuration, request by request, the order rotating; each record printed as it
+    comes. new_repeat: what starts a repeat afresh (here, forgetting the answers of the repeat before)."""
+    records = []
+    for repeat in range(repeats):
+        new_repeat()
+        for i, ask in enumerate(asks):
+            turn = (repeat + i) % len(configs)
+            for config in [*configs[turn:], *configs[:turn]]:
+                record = {"repeat": repeat, "request": i + 1, "config": config, **run(ask, config)}
+                records.append(record)
+                print(json.dumps(record), flush=True)
+    return records
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("target")
@@ -84,15 +106,7 @@ def main() -> None:
         return {"tokens": stats.tokens, "tok_s": stats.tokens / stats.wall_s, "accepted": stats.accepted}
 
     run(ASKS[0], "plain")  # warm-up
-    records = []
-    for repeat in range(args.repeats):
-        engine.answers.clear()  # the workload starts afresh: no answers from the repeat before
-        for i, ask in enumerate(ASKS):
-            turn = (repeat + i) % len(CONFIGS)
-            for config in CONFIGS[turn:] + CONFIGS[:turn]:
-                record = {"repeat": repeat, "request": i + 1, "config": config, **run(ask, config)}
-                records.append(record)
-                print(json.dumps(record), flush=True)
+    records = interleaved(ASKS, CONFIGS, args.repeats, run, engine.answers.clear)
     summary = {}
     for i in range(1, len(ASKS) + 1):
         rate = {c: [r["tok_s"] for r in records if r["request"] == i and r["config"] == c] for c in CONFIGS}

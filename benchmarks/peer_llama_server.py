@@ -155,6 +155,7 @@ def main() -> None:
                     print(f"rep {rep} {item.id} {name}: {record['tokens']} tokens, {rate:.2f} tok/s", flush=True)
     if args.out:
         args.out.write_text(json.dumps({"cpu_threads": threads, "records": records}, indent=1))
+    length = {(r["mode"], r["id"], r["rep"]): r["tokens"] for r in records}
     for cat in args.categories:
         rate = {n: [totals[n, cat, r][0] / totals[n, cat, r][1] for r in range(args.repeats)] for n in names}
         line = [f"{cat}:"]
@@ -171,8 +172,7 @@ def main() -> None:
             drafts = f"{taken}/{made} drafts taken" if made else "no drafts: plain against plain"
             # greedy answers part at near-ties (a batch's numerics against a single token's): a ratio over answers of
             # other lengths compares different texts
-            plain = {(r["id"], r["rep"]): r["tokens"] for r in records if r["mode"] == base}
-            other = sum(r["tokens"] != plain[r["id"], r["rep"]] for r in mine)
+            other = sum(r["tokens"] != length[base, r["id"], r["rep"]] for r in mine)
             differ = f", {other} of {len(mine)} answers not plain's length" if other else ""
             line.append(f"{name} {statistics.median(ratios):.2f}x ({drafts}{differ})")
         print("; ".join(line))

@@ -331,14 +331,14 @@ def main() -> None:
             + ", ".join(f"r({n}) = {costs.r(n):.2f}" for n in (2, 4, 8, 16, K_LONG + 1))
         )
         totals: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(len(columns) + 1))
-        live = LiveCosts(cal, policy.cost_weight, policy.cost_relax)
+        live = LiveCosts(cal, policy.cost_weight, policy.cost_relax) if args.carry_costs else None
         for answer_id, answer in answers:
             if args.branch:
                 steps = branch_ceilings(answer, costs, n_vocab, policy)
                 steps += [fixed_chain_cost(answer, costs, k, b) for k in (1, 2, 3, 4) for b in (False, True)]
             else:
                 steps = [] if args.auto_only else ceilings(answer, costs, n_vocab, policy)
-                steps.append(replayed_cost(answer, cal, n_vocab, costs, policy, live if args.carry_costs else None))
+                steps.append(replayed_cost(answer, cal, n_vocab, costs, policy, live))
             n = len(answer.tokens)
             if len(calibrations) <= 1:
                 line = ", ".join(f"{c} {n / s:.2f}x" for c, s in zip(columns, steps))

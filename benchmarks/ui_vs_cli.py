@@ -35,13 +35,12 @@ from playwright.sync_api import Page, sync_playwright
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-from helpers import CHROMIUM, CHROMIUM_ARGS  # noqa: E402  (the browser flags the UI tests use)
+from helpers import CHROMIUM, CHROMIUM_ARGS, process_cpu_s  # noqa: E402  (the browser flags the UI tests use)
 
 MODELS = Path.home() / ".cache" / "spec-test-models"
 PROMPT = "Write a Python function that reverses a linked list."
 SYSTEM = "You are a helpful assistant."
 SETTLED = ("done", "stopped", "error")
-TICK = os.sysconf("SC_CLK_TCK")
 # How often the benchmark looks whether the answer has ended: the end is timed by RECORDER, so this only delays
 # reading the CPU counters, by an idle page's share.
 ANSWER_POLL_MS = 500
@@ -207,19 +206,6 @@ def browser_pids() -> list[int]:
         found.append(pid)
         todo += children.get(pid, [])
     return [pid for pid in found if names.get(pid, "").startswith(("chromium", "chrome"))]
-
-
-def process_cpu_s(pids: list[int]) -> float:
-    """utime + stime of the processes, in seconds (threads included; a process gone meanwhile counts 0)."""
-    total = 0
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat
-    return total / TICK
 
 
 def summarize(runs: list[dict]) -> dict:

@@ -3,14 +3,12 @@ from llama.cpp's threads while an answer streams, and from everything else the r
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from helpers import Server
+from helpers import Server, process_cpu_s
 from ui.conftest import _start
 
 
@@ -22,16 +20,11 @@ def ready_app(tmp_path_factory, tiny_model) -> Iterator[Server]:
     yield from _start(home, args, ready="/health")
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
-
 def test_an_idle_app_keeps_no_core_busy(ready_app):
     # Gradio's queue, as it comes on Linux, looks for work every millisecond: 0.047 of a core on a Zen 4 (app.py).
     time.sleep(1)  # the work of loading ends
     pid = ready_app.proc.pid
-    before, start = cpu_s(pid), time.monotonic()
+    before, start = process_cpu_s([pid]), time.monotonic()
     time.sleep(3)
-    share = (cpu_s(pid) - before) / (time.monotonic() - start)
+    share = (process_cpu_s([pid]) - before) / (time.monotonic() - start)
     assert share < 0.02, f"the idle app kept {share:.3f} of a core busy"

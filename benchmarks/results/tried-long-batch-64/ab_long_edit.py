@@ -9,14 +9,13 @@ copies of at most 31 and at most 63 tokens; in one process, request by request, 
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from earlier_answers import ASKS, CODE  # noqa: E402
+from earlier_answers import ASKS, CODE, interleaved  # noqa: E402
 
 # Edits that return the file nearly as it was: long copies, broken where the edit lands (--copies).
 COPY_ASKS = (
@@ -59,14 +58,7 @@ def main() -> None:
         }
 
     run(asks[0], "plain")  # warm-up
-    records = []
-    for repeat in range(repeats):
-        for i, ask in enumerate(asks):
-            turn = (repeat + i) % len(names)
-            for name in names[turn:] + names[:turn]:
-                record = {"repeat": repeat, "request": i + 1, "config": name, **run(ask, name)}
-                records.append(record)
-                print(json.dumps(record), flush=True)
+    records = interleaved(asks, names, repeats, run)
     for name in names[1:]:
         ratios = []
         for rec in records:
