@@ -145,6 +145,16 @@ def test_closed_generator_leaves_the_engine_reusable(tiny):
     assert [e.token for e in run(tiny, CODE_PROMPT, mode="plain", max_tokens=40)[0]] == plain
 
 
+def test_the_same_prompt_again_decodes_none_of_it_and_gets_the_same_answer(tiny):
+    # Another prompt first, so that this one's cached positions were decoded from a shared prefix, as in a chat.
+    run(tiny, [{"role": "user", "content": "Name a color."}], mode="plain", max_tokens=4)
+    first, _ = run(tiny, CODE_PROMPT, mode="plain", max_tokens=48)
+    again, _ = run(tiny, CODE_PROMPT, mode="plain", max_tokens=48)
+    # Not one prompt position decoded again: a held position decoded alone gets other numerics.
+    assert first[-1].stats.prompt_tokens > 10 and again[-1].stats.prompt_tokens == 0
+    assert [e.token for e in again] == [e.token for e in first]
+
+
 def test_multi_turn_decodes_only_the_new_tokens(tiny):
     history = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a color."}]
     events, _ = run(tiny, history, mode="speculative", k=3, max_tokens=12)

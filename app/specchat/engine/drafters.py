@@ -56,7 +56,7 @@ class ModelDrafter(Drafter):
         self.caught_up = 0  # tokens of context the latest proposal read before drafting: 1-2 after a step of its own
 
     def prefill(self, context: list[int]) -> None:
-        self.model.eval_prefix(context[:-1] or context)
+        self.model.hold(context[:-1])
 
     def behind(self, context: list[int]) -> int:
         """About how many tokens of context the draft's cache must catch up on before it can draft."""

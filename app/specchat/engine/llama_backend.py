@@ -320,6 +320,17 @@ class LlamaModel:
             self._ctx.kv_cache_seq_rm(0, n_keep, -1)
             del self.tokens[n_keep:]
 
+    def hold(self, seq: Sequence[int]) -> None:
+        """Make the cache hold exactly seq, decoding only the positions it lacks; no logits are wanted.
+
+        A cache that holds seq already decodes nothing. Decoding a held position again, alone, would compute its
+        keys and values in another batch shape than before, and greedy answers part at near-ties on such
+        differences: the same prompt asked twice would be answered differently.
+        """
+        self.rollback(common_prefix(self.tokens, seq))
+        if len(seq) > self.n_past:
+            self.decode(seq[self.n_past :], copy=False)
+
     def eval_prefix(self, seq: Sequence[int]) -> np.ndarray:
         """Make the cache hold exactly seq and return the logits after its last token.
 

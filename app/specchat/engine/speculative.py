@@ -228,10 +228,7 @@ class Engine:
         context = list(prompt)  # prompt + output; context[-1] is `last`
 
         n_before, t0 = target.n_decoded, time.perf_counter()
-        if len(context) > 1:
-            target.eval_prefix(context[:-1])
-        else:
-            target.rollback(0)
+        target.hold(context[:-1])
         drafter.prefill(context)
         stats.prompt_tokens = target.n_decoded - n_before
         stats.prompt_s = time.perf_counter() - t0
