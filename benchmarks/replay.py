@@ -112,6 +112,11 @@ class RecordedDraft:
     def n_past(self) -> int:
         return len(self.tokens)
 
+    def hold(self, seq) -> None:
+        del self.tokens[common_prefix(self.tokens, seq) :]
+        if len(seq) > self.n_past:
+            self.decode(seq[self.n_past :])
+
     def eval_prefix(self, seq) -> np.ndarray:
         del self.tokens[min(common_prefix(self.tokens, seq), len(seq) - 1) :]
         return self.decode(seq[self.n_past :])[0]
