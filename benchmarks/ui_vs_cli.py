@@ -55,8 +55,10 @@ RECORDER = """() => {
     const last = window.__seen[window.__seen.length - 1];
     if (!last || last[1] !== entry[1] || last[2] !== entry[2]) window.__seen.push(entry);
   };
-  new MutationObserver(look).observe(document.body, {subtree: true, childList: true, characterData: true,
-                                                      attributes: true});
+  // One observer a page: each run's own, left observing, would make every later run's page do the work again.
+  if (window.__observer) window.__observer.disconnect();
+  window.__observer = new MutationObserver(look);
+  window.__observer.observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
   look();
 }"""
 
