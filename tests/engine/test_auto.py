@@ -243,6 +243,22 @@ def test_a_long_copy_drafts_the_long_batch_and_stays_exact(qwen_pair, tmp_path):
     assert "def f6(x):\n    return x * 6 + 36" in "".join(e.text for e in events)
 
 
+def test_probes_the_draft_model_declines_are_paid_from_the_probing_allowance(tiny):
+    real = tiny.calibration()
+    # Batches as cheap as a GPU's: perfect drafts would pay, so the draft model may be probed. Its prior of 1%
+    # acceptance: its plan never pays, and its sureness gate declines every probe at the first token, so each probe
+    # costs the draft's reading of the context and gives nothing. A generous allowance lets probes start at once.
+    tiny._calibration = cheap_batches(real)
+    tiny.policy = replace(DEFAULT_POLICY, model_prior=0.01, explore_share=1.0)
+    try:
+        _, steps = run(tiny, [{"role": "user", "content": "Tell a long story about a cat."}], max_tokens=80)
+    finally:
+        tiny._calibration, tiny.policy = real, DEFAULT_POLICY
+    declined = [s for s, _ in steps if s.startswith("plain: the draft model is only")]
+    # Probed, and each declined probe paid for: not asked at every step once the allowance first covered a probe.
+    assert 0 < len(declined) < len(steps) / 2, (len(declined), len(steps))
+
+
 def test_auto_keeps_what_it_learned_for_the_conversation_and_the_costs_for_the_machine(tiny):
     first = [{"role": "user", "content": "Name three colors."}]
     events, _ = run(tiny, first, max_tokens=12)

@@ -413,6 +413,10 @@ class AutoDrafter(Drafter):
             self.model_source.cost = self.costs.c
         step_s = draft_s + verify_s
         self.decoding_s += step_s
+        if probing:  # what the probe lost (or won) against plain steps for the tokens it gave
+            # A probe the draft model declined at its first token lost its reading of the context: uncharged, the
+            # model was asked, and declined, at every step once the allowance first let it (2026-12-06-chat-decline).
+            source.probe_loss_s += step_s - (n_accepted + 1) * self.costs.t1
         if source is not None and n_drafted:
             source.tracker.update(n_drafted, n_accepted)
             if source is self.model_source:
@@ -420,5 +424,3 @@ class AutoDrafter(Drafter):
                     self.scale.update(sureness, i < n_accepted)
             if source is not self.model_source and source is not self.earlier_source:
                 self.lookup.observe(n_drafted, n_accepted)
-            if probing:  # what the probe lost (or won) against plain steps for the tokens it gave
-                source.probe_loss_s += step_s - (n_accepted + 1) * self.costs.t1
