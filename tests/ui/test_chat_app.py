@@ -203,6 +203,36 @@ def test_a_message_sent_right_after_clear_is_answered(chat_server, new_page):
     assert page.locator("#sc-input textarea").input_value() == ""
 
 
+# Counts the animation frames that Gradio's status tracker asks for; it runs before the page's scripts, as an init
+# script, so the app's own pacing of them (app.py, TRACKER_FRAMES_JS) sits in front of it.
+TRACKER_FRAME_COUNTER = """
+window.__trackerFrames = 0;
+const requestFrame = window.requestAnimationFrame.bind(window);
+window.requestAnimationFrame = (callback) => {
+  if ((new Error().stack || '').includes('/statustracker-')) window.__trackerFrames += 1;
+  return requestFrame(callback);
+};
+"""
+
+
+def test_gradios_status_tracker_renders_no_frames_on_an_idle_page(chat_server, browser):
+    # The tracker asks for a frame at every frame forever once it is unmounted while pending, as the page's own
+    # "Loading..." one is: without the app's pacing, an open page rendered 60 frames a second, idle or not.
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        context.add_init_script(TRACKER_FRAME_COUNTER)
+        page = context.new_page()
+        page.goto(chat_server.url)
+        page.wait_for_selector('#sc-model .sc-model[data-state="ready"]', timeout=180_000)
+        page.wait_for_timeout(1000)
+        before = page.evaluate("window.__trackerFrames")
+        page.wait_for_timeout(3000)
+        per_s = (page.evaluate("window.__trackerFrames") - before) / 3
+        assert per_s < 1, f"the idle page rendered {per_s:.0f} frames a second for Gradio's status tracker"
+    finally:
+        context.close()
+
+
 def test_the_system_prompt_is_saved_and_reaches_the_model(chat_server, new_page):
     page = open_chat(new_page, chat_server.url)
     file = settings_file(chat_server)

@@ -150,6 +150,59 @@ def web_auth(args: argparse.Namespace) -> tuple[str, str] | None:
     return user, password
 
 
+# Gradio 6.31's status tracker shows an event's elapsed time by asking for an animation frame at every frame while the
+# event is pending, and stops only when the status changes: the page's own "Loading..." tracker is unmounted while
+# pending, so an open page renders 60 frames a second for as long as it is open, idle or streaming, and on a small
+# machine that CPU time is taken from llama.cpp's threads (docs/performance.md, the chat tab against the CLI). Its
+# timer shows tenths of a second: its frames come from a 10-a-second timer instead, and everything else's as before.
+# The tracker's module keeps requestAnimationFrame as it is when the module loads, so this runs first in the page's
+# <head> (FirstInHead), before the page's modules; Gradio's own `head` is added by the page's script, too late.
+TRACKER_FRAMES_JS = """(() => {
+  const frame = window.requestAnimationFrame.bind(window);
+  const cancel = window.cancelAnimationFrame.bind(window);
+  window.requestAnimationFrame = (callback) => {
+    if (!(new Error().stack || '').includes('/statustracker-')) return frame(callback);
+    return -setTimeout(() => callback(performance.now()), 100);
+  };
+  window.cancelAnimationFrame = (id) => (id < 0 ? clearTimeout(-id) : cancel(id));
+})();"""
+
+
+class FirstInHead:
+    """ASGI middleware: a script put first in the <head> of the app's page, before the page's own scripts."""
+
+    def __init__(self, app: ASGIApp, script: str) -> None:
+        self.app = app
+        self.tag = f"<head><script>{script}</script>".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "GET" or scope["path"] != "/":
+            await self.app(scope, receive, send)
+            return
+        start: Message | None = None
+        body: list[bytes] = []
+
+        async def send_with_script(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start":
+                headers = dict(message.get("headers", []))
+                if headers.get(b"content-type", b"").startswith(b"text/html") and b"content-encoding" not in headers:
+                    start = message  # held until the whole page is here: its length changes
+                    return
+            if start is None:
+                await send(message)
+                return
+            body.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            page = b"".join(body).replace(b"<head>", self.tag, 1)
+            headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+            await send({**start, "headers": [*headers, (b"content-length", str(len(page)).encode())]})
+            await send({"type": "http.response.body", "body": page})
+
+        await self.app(scope, receive, send_with_script)
+
+
 class SecurityHeaders:
     """ASGI middleware: the Content-Security-Policy on every response, pages, files and API alike."""
 
@@ -195,6 +248,7 @@ def launch(
         # Private to Gradio's Queue, which has no setting for them: see QUEUE_POLL_S.
         demo._queue.sleep_when_free, demo._queue.progress_update_sleep_when_free = QUEUE_POLL_S
         app.add_middleware(SecurityHeaders)
+        app.add_middleware(FirstInHead, script=TRACKER_FRAMES_JS)
         url = serve.base_url(args.host, args.port)
 
         def ready() -> None:
