@@ -224,6 +224,8 @@ def test_gradios_status_tracker_renders_no_frames_on_an_idle_page(chat_server, b
         page = context.new_page()
         page.goto(chat_server.url)
         page.wait_for_selector('#sc-model .sc-model[data-state="ready"]', timeout=180_000)
+        loaded = "performance.getEntriesByType('resource').some(e => e.name.includes('/statustracker-'))"
+        assert page.evaluate(loaded), "Gradio's status tracker module is no longer named so: the pacing misses it"
         page.wait_for_timeout(1000)
         before = page.evaluate("window.__trackerFrames")
         page.wait_for_timeout(3000)
