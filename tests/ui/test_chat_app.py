@@ -235,6 +235,29 @@ def test_gradios_status_tracker_renders_no_frames_on_an_idle_page(chat_server, b
         context.close()
 
 
+def test_clear_leaves_no_animation_running(chat_server, new_page):
+    # Gradio's full progress mounts a spinner on each output of an event; its spring animation runs on for seconds
+    # after the spinner is gone (about 200 frames), which a Clear just before a message put into the answer.
+    page = open_chat(new_page, chat_server.url)
+    assert settle(page, send(page, "Hi"))[-1][0] == "done"
+    page.evaluate(
+        "() => { window.__frames = 0; const request = window.requestAnimationFrame.bind(window);"
+        " window.requestAnimationFrame = (callback) => { window.__frames += 1; return request(callback); }; }"
+    )
+    # A page just opened runs Gradio's own loading animation for a few seconds: Clear once the page is quiet.
+    page.wait_for_function(
+        "() => { const quiet = window.__frames === window.__seen; window.__seen = window.__frames; return quiet; }",
+        polling=1000,
+        timeout=30_000,
+    )
+    page.evaluate("window.__frames = 0")
+    page.click("#sc-clear")
+    page.wait_for_selector("#sc-stats .sc-stats-empty")
+    page.wait_for_timeout(2000)
+    frames = page.evaluate("window.__frames")
+    assert frames < 20, f"the page asked for {frames} animation frames in the 2 s after Clear"
+
+
 def test_the_system_prompt_is_saved_and_reaches_the_model(chat_server, new_page):
     page = open_chat(new_page, chat_server.url)
     file = settings_file(chat_server)

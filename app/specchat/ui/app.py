@@ -153,8 +153,9 @@ def web_auth(args: argparse.Namespace) -> tuple[str, str] | None:
 # Gradio 6.31's status tracker shows an event's elapsed time by asking for an animation frame at every frame while the
 # event is pending, and stops only when the status changes: the page's own "Loading..." tracker is unmounted while
 # pending, so an open page renders 60 frames a second for as long as it is open, idle or streaming, and on a small
-# machine that CPU time is taken from llama.cpp's threads (docs/performance.md, the chat tab against the CLI). Its
-# timer shows tenths of a second: its frames come from a 10-a-second timer instead, and everything else's as before.
+# machine that CPU time is taken from llama.cpp's threads (docs/performance.md, the chat tab against the CLI). No event
+# of this app shows Gradio's progress (each says its own), so no tracker's timer is seen: its frames come from a
+# once-a-second timer instead (an idle page's browser CPU a third under ten a second's), everything else's as before.
 # The tracker's module keeps requestAnimationFrame as it is when the module loads, so this runs first in the page's
 # <head> (FirstInHead), before the page's modules; Gradio's own `head` is added by the page's script, too late.
 TRACKER_FRAMES_JS = """(() => {
@@ -162,7 +163,7 @@ TRACKER_FRAMES_JS = """(() => {
   const cancel = window.cancelAnimationFrame.bind(window);
   window.requestAnimationFrame = (callback) => {
     if (!(new Error().stack || '').includes('/statustracker-')) return frame(callback);
-    return -setTimeout(() => callback(performance.now()), 100);
+    return -setTimeout(() => callback(performance.now()), 1000);
   };
   window.cancelAnimationFrame = (id) => (id < 0 ? clearTimeout(-id) : cancel(id));
 })();"""
@@ -630,19 +631,27 @@ def build_app(
         stop.click(app.stop, None, None, queue=False)
         # The chats' own trash buttons clear the conversation too, not just what is shown. One event, outside the
         # queue, that cancels at the click: a clear queued behind its stop cancelled a message sent right after it.
+        # Its progress hidden: Gradio's full one mounts a spinner on each output, whose spring animation then runs
+        # on for seconds after the spinner is gone, into the next answer, at every frame the browser can draw.
         for clearing in (clear.click, overlay_chat.clear, md_chat.clear):
             clear_outputs = [conv, overlay_chat, md_chat, live, stats, plot, status]
-            clearing(app.clear, [overlay_switch], clear_outputs, queue=False, cancels=runs)
+            clearing(app.clear, [overlay_switch], clear_outputs, queue=False, cancels=runs, show_progress="hidden")
         live.change(None, live, None, js=live_js(UPDATE_INTERVAL_S, REVEAL_TICK_S), queue=False)
         overlay_switch.change(app.switch_view, [conv, overlay_switch], [overlay_chat, md_chat], show_progress="hidden")
         for control in setting_inputs:
             control.change(app.save, setting_inputs, None, show_progress="hidden", queue=False)
-        reload.click(app.reload, setting_inputs, banner)
+        reload.click(app.reload, setting_inputs, banner, show_progress="hidden")  # the header shows the load
 
         # A new tab shows the settings as saved now (another tab may have changed them since start-up).
-        demo.load(lambda: [getattr(app.settings(), n) for n in SETTING_NAMES], None, setting_inputs, queue=False)
+        demo.load(
+            lambda: [getattr(app.settings(), n) for n in SETTING_NAMES],
+            None,
+            setting_inputs,
+            queue=False,
+            show_progress="hidden",
+        )
         timer = gr.Timer(HEADER_POLL_S["loading"])
-        demo.load(lambda: model_banner(host), None, banner, queue=False)
+        demo.load(lambda: model_banner(host), None, banner, queue=False, show_progress="hidden")
         timer.tick(
             lambda: (model_banner(host), header_poll_s(host)),
             None,

@@ -132,6 +132,7 @@ def build(host: EngineHost) -> None:
                 seed=int(seed_value or 0),
                 max_tokens=int(max_tok),
             )
+            yield _outputs(None, "Starting…")
             # In line with the chat tabs' and the API's requests, in arrival order; any error gives up the turn.
             with host.turn(engine) as turn:
                 while (ahead := turn.wait(WAIT_POLL_S)) is not None:
@@ -160,4 +161,7 @@ def build(host: EngineHost) -> None:
         [prompt, seed, temperature, k, max_tokens],
         [status, *headers, *texts, summary, plot],
         concurrency_limit=None,  # comparisons wait in the engine's line, where the page says how many are ahead
+        # The status line says what runs. Gradio's full progress would mount a spinner on each output, whose spring
+        # animation runs on for seconds after the first update, into the first mode's timing, at every frame.
+        show_progress="hidden",
     )

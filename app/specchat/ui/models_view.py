@@ -388,10 +388,13 @@ class ModelsView:
 
         gr.Markdown("### Models")
         models = gr.HTML(models_html(cat), elem_id="sc-models-view")
-        load_pair_btn.click(self.load_pair, [pair, threads, gpu_layers], banner)
-        load_btn.click(self.load_models, [target, draft, threads, gpu_layers], banner)
+        # Every event here shows its own outcome (the header's load progress, the progress line), so Gradio's spinner
+        # is hidden: its spring animation outlives it by seconds at every frame, into a load's calibration.
+        quiet = dict(show_progress="hidden")
+        load_pair_btn.click(self.load_pair, [pair, threads, gpu_layers], banner, **quiet)
+        load_btn.click(self.load_models, [target, draft, threads, gpu_layers], banner, **quiet)
         for choice in (target, draft):
-            choice.change(compatibility_html, [target, draft], compat)
+            choice.change(compatibility_html, [target, draft], compat, **quiet)
         if not self.file_actions:
             return
 
@@ -411,10 +414,10 @@ class ModelsView:
             self.download,
             [pair, threads, gpu_layers],
             [progress, *lists],
-            show_progress="hidden",
             concurrency_limit=None,
+            **quiet,
         )
         cancel_btn.click(self.cancel, None, progress, queue=False)
-        remove_btn.click(self.remove, pair, [progress, *lists])
-        remove_model_btn.click(self.remove, removable, [progress, *lists])
-        add_btn.click(self.add_local, [local_path, local_name], [progress, *lists])
+        remove_btn.click(self.remove, pair, [progress, *lists], **quiet)
+        remove_model_btn.click(self.remove, removable, [progress, *lists], **quiet)
+        add_btn.click(self.add_local, [local_path, local_name], [progress, *lists], **quiet)
