@@ -125,12 +125,14 @@ def main() -> int:
     return 0
 
 
-def start_app(models: list[str], env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
+def start_app(
+    models: list[str], env: dict[str, str], log: Path, specchat: tuple[str, ...] = (sys.executable, "-m", "specchat")
+) -> tuple[subprocess.Popen, str]:
     """`specchat ui` on a free port, its output in log; returned once the page answers (the models may still load)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    command = [sys.executable, "-m", "specchat", "ui", "--no-browser", "--port", str(port), *models]
+    command = [*specchat, "ui", "--no-browser", "--port", str(port), *models]
     with log.open("w") as output:
         server = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"

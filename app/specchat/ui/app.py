@@ -58,8 +58,10 @@ MODE_LABELS = {
 # tab against the CLI").
 UPDATE_INTERVAL_S = 1.0
 # How often the page shows the next few tokens of what arrived, so that the answer reads as a stream, not a line a
-# second. Each tick repaints the chat, which costs the browser too: four a second kept most of the gain above.
-REVEAL_TICK_S = 0.25
+# second. Each tick repaints the chat, which costs the browser about a third of what an update does: twice a second
+# (a line or so each) took a quarter off the browser's CPU while streaming against four a second (docs/performance.md,
+# "The chat tab against the CLI").
+REVEAL_TICK_S = 0.5
 # Until the first tokens arrive, how often to look for them: the wait for the first words is the one a user feels.
 FIRST_TOKENS_POLL_S = 0.05
 # How often the header asks the host how the model is: each ask is a request through Gradio, which costs the server

@@ -14,7 +14,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -24,7 +25,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(HERE.parent / "2026-12-06-chat-decline"))
 from chat_decline import PROMPT  # noqa: E402
 from gradio_client import Client  # noqa: E402
-from playwright.sync_api import sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, Page, sync_playwright  # noqa: E402
 from ui_vs_cli import MODELS, SYSTEM, chat_run, measured_cli_run, start_app  # noqa: E402
 
 from helpers import CHROMIUM, CHROMIUM_ARGS, process_cpu_s  # noqa: E402
@@ -41,6 +42,29 @@ def start_chat_app(out: Path, max_tokens: int = 500) -> tuple[subprocess.Popen, 
     (home / "config" / "ui_settings.json").write_text(json.dumps(settings | {"system_prompt": SYSTEM}))
     env = {**os.environ, "SPECCHAT_HOME": str(home), "PYTHONPATH": str(REPO / "app"), "HF_HUB_OFFLINE": "1"}
     return *start_app(MODEL_ARGS, env, out / "server.log"), env
+
+
+READY = '#sc-model .sc-model[data-state="ready"]'
+
+
+@contextmanager
+def chat_page(
+    out: Path, max_tokens: int = 500
+) -> Iterator[tuple[subprocess.Popen, str, dict[str, str], Browser, Page]]:
+    """start_chat_app, and a page of it in headless Chromium once the model is ready: (server, url, env, browser,
+    page)."""
+    server, url, env = start_chat_app(out, max_tokens)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+            page.goto(url)
+            page.wait_for_selector(READY, timeout=1_800_000)
+            yield server, url, env, browser, page
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(30)
 
 
 def rotate(arms: dict[str, Callable[[], dict]], rounds: int, against: str, out: Path) -> None:
@@ -89,24 +113,14 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": PROMPT}]
     cli_args = argparse.Namespace(k=4, max_tokens=500, mode="auto")
-    server, url, env = start_chat_app(args.out)
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-            page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-            page.goto(url)
-            page.wait_for_selector('#sc-model .sc-model[data-state="ready"]', timeout=1_800_000)
-            chat_run(page, PROMPT, server.pid)  # untimed: a fresh page animates until its first answer
-            arms = {
-                "cli": lambda: measured_cli_run(MODEL_ARGS, messages, cli_args, env),
-                "browser": lambda: chat_run(page, PROMPT, server.pid),
-                "client": lambda: client_run(url, server.pid),
-            }
-            rotate(arms, args.rounds, "cli", args.out)
-            browser.close()
-    finally:
-        server.terminate()
-        server.wait(30)
+    with chat_page(args.out) as (server, url, env, _, page):
+        chat_run(page, PROMPT, server.pid)  # untimed: a fresh page animates until its first answer
+        arms = {
+            "cli": lambda: measured_cli_run(MODEL_ARGS, messages, cli_args, env),
+            "browser": lambda: chat_run(page, PROMPT, server.pid),
+            "client": lambda: client_run(url, server.pid),
+        }
+        rotate(arms, args.rounds, "cli", args.out)
 
 
 if __name__ == "__main__":
