@@ -237,7 +237,7 @@ def test_gradios_status_tracker_renders_no_frames_on_an_idle_page(chat_server, b
 
 def test_clear_leaves_no_animation_running(chat_server, new_page):
     # Gradio's full progress mounts a spinner on each output of an event; its spring animation runs on for seconds
-    # after the spinner is gone (about 200 frames), which a Clear just before a message put into the answer.
+    # after the spinner is gone, which a Clear just before a message put into the answer.
     page = open_chat(new_page, chat_server.url)
     assert settle(page, send(page, "Hi"))[-1][0] == "done"
     page.evaluate(
@@ -256,6 +256,14 @@ def test_clear_leaves_no_animation_running(chat_server, new_page):
     page.wait_for_timeout(2000)
     frames = page.evaluate("window.__frames")
     assert frames < 20, f"the page asked for {frames} animation frames in the 2 s after Clear"
+
+
+def test_no_event_shows_gradios_progress_spinner(chat_server):
+    # Each event says its own progress; Gradio's spinner would animate on into whatever runs next (the test above).
+    with urllib.request.urlopen(chat_server.url + "config", timeout=30) as response:
+        config = json.load(response)
+    shown = [d["id"] for d in config["dependencies"] if d["outputs"] and d["show_progress"] != "hidden"]
+    assert shown == [], f"events {shown} show Gradio's progress"
 
 
 def test_the_system_prompt_is_saved_and_reaches_the_model(chat_server, new_page):

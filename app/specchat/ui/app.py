@@ -654,6 +654,7 @@ def build_app(
         )
         timer = gr.Timer(HEADER_POLL_S["loading"])
         demo.load(lambda: model_banner(host), None, banner, queue=False, show_progress="hidden")
+        demo.load(models.pairs_now, None, models.pairs_view, queue=False, show_progress="hidden")
         timer.tick(
             lambda: (model_banner(host), header_poll_s(host)),
             None,
@@ -662,7 +663,7 @@ def build_app(
             queue=False,
         )
         # A load started here shows its progress at once, not at the next slow tick.
-        banner.change(lambda: header_poll_s(host), None, timer, queue=False)
+        banner.change(lambda: header_poll_s(host), None, timer, queue=False, show_progress="hidden")
         demo.unload(app.forget_session)
     return demo
 

@@ -225,6 +225,10 @@ class ModelsView:
 
     # Pairs
 
+    def pairs_now(self) -> str:
+        """The pairs table as it stands: installed files, a download under way, what speculation buys here."""
+        return pairs_html(self._catalog(), self._downloading())
+
     def download(self, pair: str, threads: float, gpu_layers: float) -> Iterator[tuple]:
         """Yields (progress, pairs table, models table, target choices, draft choices)."""
         with self._job_guard:
@@ -358,8 +362,9 @@ class ModelsView:
         if unusable is not None:
             note = f"Only specchat's own catalog is listed: {unusable}"
             gr.HTML(f'<div class="sc-note" id="sc-catalog-error">{html.escape(note)}</div>')
-        # Made anew for each page: what speculation buys with a pair here is known once the pair has loaded.
-        pairs = gr.HTML(lambda: pairs_html(self._catalog(), self._downloading()), elem_id="sc-pairs-view")
+        # Made anew as each page loads (the app's load event): what speculation buys with a pair here is known once
+        # the pair has loaded.
+        pairs = self.pairs_view = gr.HTML(elem_id="sc-pairs-view")
         with gr.Row(equal_height=False, elem_classes="sc-controls"):
             offered = offered_pair if offered_pair in cat.pairs else cat.default
             pair = gr.Dropdown(list(cat.pairs), value=offered, label="Pair", scale=3, elem_id="sc-pair")
@@ -417,7 +422,7 @@ class ModelsView:
             concurrency_limit=None,
             **quiet,
         )
-        cancel_btn.click(self.cancel, None, progress, queue=False)
+        cancel_btn.click(self.cancel, None, progress, queue=False, **quiet)
         remove_btn.click(self.remove, pair, [progress, *lists], **quiet)
         remove_model_btn.click(self.remove, removable, [progress, *lists], **quiet)
         add_btn.click(self.add_local, [local_path, local_name], [progress, *lists], **quiet)
