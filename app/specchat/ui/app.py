@@ -30,7 +30,7 @@ from specchat.errors import SpecchatError
 from specchat.host import WAIT_POLL_S, EngineHost, Turn
 from specchat.launch import resolve_models
 from specchat.models import catalog
-from specchat.ui import compare_tab
+from specchat.ui import SPINNER_HIDDEN, compare_tab
 from specchat.ui.models_view import ModelsView, model_banner
 from specchat.ui.overlay import (
     LIVE,
@@ -58,9 +58,9 @@ MODE_LABELS = {
 # tab against the CLI").
 UPDATE_INTERVAL_S = 1.0
 # How often the page shows the next few tokens of what arrived, so that the answer reads as a stream, not a line a
-# second. Each tick repaints the chat, which costs the browser about a third of what an update does: twice a second
-# (a line or so each) took a quarter off the browser's CPU while streaming against four a second (docs/performance.md,
-# "The chat tab against the CLI").
+# second. Each tick repaints the chat, which costs the browser a good part of what an update does: twice a second (a
+# line or so each) cost it less than four a second while streaming (docs/performance.md, "The chat tab against the
+# CLI").
 REVEAL_TICK_S = 0.5
 # Until the first tokens arrive, how often to look for them: the wait for the first words is the one a user feels.
 FIRST_TOKENS_POLL_S = 0.05
@@ -156,8 +156,8 @@ def web_auth(args: argparse.Namespace) -> tuple[str, str] | None:
 # event is pending, and stops only when the status changes: the page's own "Loading..." tracker is unmounted while
 # pending, so an open page renders 60 frames a second for as long as it is open, idle or streaming, and on a small
 # machine that CPU time is taken from llama.cpp's threads (docs/performance.md, the chat tab against the CLI). No event
-# of this app shows Gradio's progress (each says its own), so no tracker's timer is seen: its frames come from a
-# once-a-second timer instead (an idle page's browser CPU a third under ten a second's), everything else's as before.
+# of this app shows Gradio's progress (SPINNER_HIDDEN), so no tracker's timer is seen: its frames come from a
+# once-a-second timer instead, everything else's as before.
 # The tracker's module keeps requestAnimationFrame as it is when the module loads, so this runs first in the page's
 # <head> (FirstInHead), before the page's modules; Gradio's own `head` is added by the page's script, too late.
 TRACKER_FRAMES_JS = """(() => {
@@ -624,7 +624,7 @@ def build_app(
 
         setting_inputs = [controls[name] for name in SETTING_NAMES]
         outputs = [textbox, conv, overlay_chat, md_chat, live, stats, plot, status]
-        chat_args = dict(show_progress="hidden", concurrency_limit=None)
+        chat_args = dict(**SPINNER_HIDDEN, concurrency_limit=None)
         runs = [
             textbox.submit(app.respond, [textbox, conv, *setting_inputs], outputs, **chat_args),
             send.click(app.respond, [textbox, conv, *setting_inputs], outputs, **chat_args),
@@ -633,16 +633,14 @@ def build_app(
         stop.click(app.stop, None, None, queue=False)
         # The chats' own trash buttons clear the conversation too, not just what is shown. One event, outside the
         # queue, that cancels at the click: a clear queued behind its stop cancelled a message sent right after it.
-        # Its progress hidden: Gradio's full one mounts a spinner on each output, whose spring animation then runs
-        # on for seconds after the spinner is gone, into the next answer, at every frame the browser can draw.
         for clearing in (clear.click, overlay_chat.clear, md_chat.clear):
             clear_outputs = [conv, overlay_chat, md_chat, live, stats, plot, status]
-            clearing(app.clear, [overlay_switch], clear_outputs, queue=False, cancels=runs, show_progress="hidden")
+            clearing(app.clear, [overlay_switch], clear_outputs, queue=False, cancels=runs, **SPINNER_HIDDEN)
         live.change(None, live, None, js=live_js(UPDATE_INTERVAL_S, REVEAL_TICK_S), queue=False)
-        overlay_switch.change(app.switch_view, [conv, overlay_switch], [overlay_chat, md_chat], show_progress="hidden")
+        overlay_switch.change(app.switch_view, [conv, overlay_switch], [overlay_chat, md_chat], **SPINNER_HIDDEN)
         for control in setting_inputs:
-            control.change(app.save, setting_inputs, None, show_progress="hidden", queue=False)
-        reload.click(app.reload, setting_inputs, banner, show_progress="hidden")  # the header shows the load
+            control.change(app.save, setting_inputs, None, queue=False, **SPINNER_HIDDEN)
+        reload.click(app.reload, setting_inputs, banner, **SPINNER_HIDDEN)
 
         # A new tab shows the settings as saved now (another tab may have changed them since start-up).
         demo.load(
@@ -650,20 +648,20 @@ def build_app(
             None,
             setting_inputs,
             queue=False,
-            show_progress="hidden",
+            **SPINNER_HIDDEN,
         )
         timer = gr.Timer(HEADER_POLL_S["loading"])
-        demo.load(lambda: model_banner(host), None, banner, queue=False, show_progress="hidden")
-        demo.load(models.pairs_now, None, models.pairs_view, queue=False, show_progress="hidden")
+        demo.load(lambda: model_banner(host), None, banner, queue=False, **SPINNER_HIDDEN)
+        demo.load(models.pairs_now, None, models.pairs_view, queue=False, **SPINNER_HIDDEN)
         timer.tick(
             lambda: (model_banner(host), header_poll_s(host)),
             None,
             [banner, timer],
-            show_progress="hidden",
             queue=False,
+            **SPINNER_HIDDEN,
         )
         # A load started here shows its progress at once, not at the next slow tick.
-        banner.change(lambda: header_poll_s(host), None, timer, queue=False, show_progress="hidden")
+        banner.change(lambda: header_poll_s(host), None, timer, queue=False, **SPINNER_HIDDEN)
         demo.unload(app.forget_session)
     return demo
 

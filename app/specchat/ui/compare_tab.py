@@ -16,6 +16,7 @@ from specchat.engine import Engine, GenerationSettings, SamplingParams
 from specchat.errors import SpecchatError
 from specchat.host import WAIT_POLL_S, EngineHost
 from specchat.logs import unexpected
+from specchat.ui import SPINNER_HIDDEN
 
 COLUMNS = ("plain", "speculative", "lookup")
 TITLES = {"plain": "Plain decoding", "speculative": "Speculative (draft model)", "lookup": "Prompt lookup"}
@@ -161,7 +162,5 @@ def build(host: EngineHost) -> None:
         [prompt, seed, temperature, k, max_tokens],
         [status, *headers, *texts, summary, plot],
         concurrency_limit=None,  # comparisons wait in the engine's line, where the page says how many are ahead
-        # The status line says what runs. Gradio's full progress would mount a spinner on each output, whose spring
-        # animation runs on for seconds after the first update, into the first mode's timing, at every frame.
-        show_progress="hidden",
+        **SPINNER_HIDDEN,  # the status line says what runs
     )

@@ -17,6 +17,7 @@ from specchat.launch import pair_calibration
 from specchat.logs import unexpected
 from specchat.models import catalog, download
 from specchat.models.compat import check_pair
+from specchat.ui import SPINNER_HIDDEN
 
 NO_DRAFT = ""  # the draft dropdown's "none" value: lookup and plain modes need no draft model
 NO_FILE_ACTIONS = (
@@ -393,13 +394,10 @@ class ModelsView:
 
         gr.Markdown("### Models")
         models = gr.HTML(models_html(cat), elem_id="sc-models-view")
-        # Every event here shows its own outcome (the header's load progress, the progress line), so Gradio's spinner
-        # is hidden: its spring animation outlives it by seconds at every frame, into a load's calibration.
-        quiet = dict(show_progress="hidden")
-        load_pair_btn.click(self.load_pair, [pair, threads, gpu_layers], banner, **quiet)
-        load_btn.click(self.load_models, [target, draft, threads, gpu_layers], banner, **quiet)
+        load_pair_btn.click(self.load_pair, [pair, threads, gpu_layers], banner, **SPINNER_HIDDEN)
+        load_btn.click(self.load_models, [target, draft, threads, gpu_layers], banner, **SPINNER_HIDDEN)
         for choice in (target, draft):
-            choice.change(compatibility_html, [target, draft], compat, **quiet)
+            choice.change(compatibility_html, [target, draft], compat, **SPINNER_HIDDEN)
         if not self.file_actions:
             return
 
@@ -420,9 +418,9 @@ class ModelsView:
             [pair, threads, gpu_layers],
             [progress, *lists],
             concurrency_limit=None,
-            **quiet,
+            **SPINNER_HIDDEN,
         )
-        cancel_btn.click(self.cancel, None, progress, queue=False, **quiet)
-        remove_btn.click(self.remove, pair, [progress, *lists], **quiet)
-        remove_model_btn.click(self.remove, removable, [progress, *lists], **quiet)
-        add_btn.click(self.add_local, [local_path, local_name], [progress, *lists], **quiet)
+        cancel_btn.click(self.cancel, None, progress, queue=False, **SPINNER_HIDDEN)
+        remove_btn.click(self.remove, pair, [progress, *lists], **SPINNER_HIDDEN)
+        remove_model_btn.click(self.remove, removable, [progress, *lists], **SPINNER_HIDDEN)
+        add_btn.click(self.add_local, [local_path, local_name], [progress, *lists], **SPINNER_HIDDEN)
