@@ -1,8 +1,8 @@
 """The server-side cost of one streamed update of the chat tab, by the size of the conversation: the app's own
-rendering (ui/app.py's _add and _streamed), and then Gradio's (the postprocess of what the page renders while the
-answer streams, and the diff against the previous value that goes to the browser, with its size). With the overlay
-on, that is the live answer's HTML (the overlay chat keeps its placeholder until the answer is done); with it off,
-the Markdown chat.
+rendering (ui/app.py's _add and feed_update or _streamed), and then what sends it to the browser, with its size. With
+the overlay on, that is the answer's feed (ui/feed.py: the JSON of what changed, the live answer's HTML and the
+panels; the overlay chat keeps its placeholder until the answer is done); with it off, Gradio's postprocess of the
+Markdown chat and the diff against its previous value.
 
 The conversation holds earlier turns of about half the tokens and the answer being streamed, the other half; each
 update adds the tokens decoded in an update interval (15 tokens/s). Token texts come from a fixed answer of prose,
@@ -25,7 +25,8 @@ import gradio as gr
 from gradio.utils import diff
 
 from specchat.engine import Stats, TokenEvent
-from specchat.ui.app import UPDATE_INTERVAL_S, _add, _streamed, chat_views
+from specchat.ui.app import UPDATE_INTERVAL_S, _add, _streamed, chat_views, feed_update
+from specchat.ui.feed import changes
 from specchat.ui.overlay import OverlayStream
 
 ANSWER = """To reverse a linked list, walk it once and turn each link around:
@@ -79,23 +80,26 @@ def measure(n_tokens: int, updates: int, overlay: bool) -> dict:
     conv.append(answer)
     texts = token_texts(streamed + updates * per_update)
     _add(answer, stream, events(texts[:streamed], stats))
-    # What changes on the page while the answer streams: the live answer (5th output), or the Markdown chat (4th).
-    shown, output = (gr.Textbox(), 4) if overlay else (gr.Chatbot(), 3)
+    chat = gr.Chatbot()
 
     def value(update: object) -> object:
-        processed = shown.postprocess(update)
+        processed = chat.postprocess(update)
         return processed.model_dump() if hasattr(processed, "model_dump") else processed
 
-    previous = value(stream.html() if overlay else chat_views(conv, overlay)[1])
+    previous = feed_update(stream, stats) if overlay else value(chat_views(conv, False)[1])
     ours, gradio, sent = [], [], []
     for u in range(updates):
         new = events(texts[streamed + u * per_update : streamed + (u + 1) * per_update], stats)
         t0 = time.perf_counter()
         _add(answer, stream, new)
-        update = _streamed(conv, overlay, stream.html(), "generating", "Generating…", stats)
+        update = feed_update(stream, stats) if overlay else _streamed(conv, stats)
         t1 = time.perf_counter()
-        now = value(update[output])
-        edits = diff(previous, now)
+        if overlay:  # as the feed sends it: what changed
+            now = update
+            edits = changes(previous, now)
+        else:  # the Markdown chat, the 4th output
+            now = value(update[3])
+            edits = diff(previous, now)
         t2 = time.perf_counter()
         previous = now
         ours.append(t1 - t0)
@@ -105,7 +109,7 @@ def measure(n_tokens: int, updates: int, overlay: bool) -> dict:
     return {
         "tokens": n_tokens,
         "app_ms": ms(ours),
-        "gradio_ms": ms(gradio),
+        "send_ms": ms(gradio),
         "sent_bytes": statistics.median(sent),
     }
 
@@ -116,10 +120,10 @@ def main() -> int:
     p.add_argument("--updates", type=int, default=200, help="updates timed per size (medians are reported)")
     p.add_argument("--overlay", choices=["on", "off"], default="on")
     args = p.parse_args()
-    print(f"{'tokens':>6} {'app ms':>8} {'gradio ms':>9} {'sent bytes':>10}")
+    print(f"{'tokens':>6} {'app ms':>8} {'send ms':>9} {'sent bytes':>10}")
     for n in (int(t) for t in args.tokens.split(",")):
         r = measure(n, args.updates, args.overlay == "on")
-        print(f"{r['tokens']:6d} {r['app_ms']:8.3f} {r['gradio_ms']:9.3f} {r['sent_bytes']:10.0f}")
+        print(f"{r['tokens']:6d} {r['app_ms']:8.3f} {r['send_ms']:9.3f} {r['sent_bytes']:10.0f}")
     return 0
 
 

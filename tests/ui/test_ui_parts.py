@@ -21,6 +21,7 @@ from specchat.errors import SpecchatError
 from specchat.host import EngineHost
 from specchat.models import catalog
 from specchat.ui.app import SETTING_NAMES, ChatApp
+from specchat.ui.feed import Feeds
 from specchat.ui.models_view import pairs_html
 from specchat.ui.overlay import (
     KINDS,
@@ -429,7 +430,7 @@ def _status(update: tuple) -> str:
 def test_a_failure_at_the_start_of_an_answer_frees_the_engine_and_the_next_message_is_answered(
     tiny_host, log_file, monkeypatch
 ):
-    app = ChatApp(tiny_host, 512, {})
+    app = ChatApp(tiny_host, 512, {}, Feeds())
     request = gr.Request(session_hash="tab")
     engine = tiny_host.engine
 
@@ -451,7 +452,7 @@ def test_a_failure_at_the_start_of_an_answer_frees_the_engine_and_the_next_messa
 
 
 def test_a_failure_mid_answer_keeps_the_text_so_far_and_frees_the_engine(tiny_host, log_file, monkeypatch):
-    app = ChatApp(tiny_host, 512, {})
+    app = ChatApp(tiny_host, 512, {}, Feeds())
     engine = tiny_host.engine
     real_chat = engine.chat
 

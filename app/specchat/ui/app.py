@@ -31,6 +31,7 @@ from specchat.host import WAIT_POLL_S, EngineHost, Turn
 from specchat.launch import resolve_models
 from specchat.models import catalog
 from specchat.ui import SPINNER_HIDDEN, compare_tab
+from specchat.ui.feed import FEED_PATH, Feed, Feeds, feed_js
 from specchat.ui.models_view import ModelsView, model_banner
 from specchat.ui.overlay import (
     LIVE,
@@ -38,7 +39,6 @@ from specchat.ui.overlay import (
     Piece,
     displayable,
     legend_html,
-    live_js,
     safe_markdown,
     stylesheet,
 )
@@ -113,9 +113,10 @@ def main(args: argparse.Namespace, sock: socket.socket) -> int:
         host.load(*chosen, backend_config(replace(load_settings(), **overrides), args.n_ctx))
     # Beyond this machine, and with no password, the page must not offer the server's files to whoever reaches it.
     file_actions = auth is not None or serve.is_loopback(args.host)
-    demo = build_app(host, n_ctx=args.n_ctx, overrides=overrides, pair=args.pair, file_actions=file_actions)
+    feeds = Feeds()
+    demo = build_app(host, feeds, args.n_ctx, overrides, args.pair, file_actions)
     try:
-        launch(demo, host, args, sock, auth)
+        launch(demo, host, feeds, args, sock, auth)
     finally:
         host.close()
     return 0
@@ -230,17 +231,21 @@ class SecurityHeaders:
 def launch(
     demo: gr.Blocks,
     host: EngineHost,
+    feeds: Feeds,
     args: argparse.Namespace,
     sock: socket.socket,
     auth: tuple[str, str] | None = None,
 ) -> None:
     """Serve the app, with the OpenAI-compatible API beside it on the same engine and line, until interrupted.
 
-    auth: the user name and password the page asks for (the API has its own key)."""
+    feeds: the app's (build_app's); auth: the user name and password the page asks for (the API has its own key)."""
     key = serve.api_key(args)
     try:
+        server = create_app(host, key)
+        # Before Gradio's app, mounted at the root, which would take every path.
+        server.add_route(f"/{FEED_PATH}/{{token}}", feeds.stream, methods=["GET"])
         app = gr.mount_gradio_app(
-            create_app(host, key),
+            server,
             demo,
             path="/",
             css=stylesheet(),
@@ -298,20 +303,35 @@ _UNCHANGED = object()
 
 
 def _update(
-    textbox: object, conv: list[dict], overlay: bool, state: str, text: str, stats: object = _UNCHANGED
+    textbox: object,
+    conv: list[dict],
+    overlay: bool,
+    state: str,
+    text: str,
+    stats: object = _UNCHANGED,
+    feed: Feed | None = None,
 ) -> tuple:
     """One update of the chat's outputs: (textbox, conversation, overlay chat, Markdown chat, live answer, stats,
-    plot, status)."""
+    plot, status). feed: the streamed answer's, which the page then reads (feed_js); none: the page reads none."""
     shown = displayable(textbox) if isinstance(textbox, str) else textbox
-    return (shown, conv, *chat_views(conv, overlay), "", *_panels(stats), status_html(state, text))
+    live = feed.url if feed is not None else ""
+    return (shown, conv, *chat_views(conv, overlay), live, *_panels(stats), status_html(state, text))
 
 
-def _streamed(conv: list[dict], overlay: bool, live: str, state: str, text: str, stats: Stats) -> tuple:
-    """An update while an answer streams: the overlay chat keeps its placeholder for the answer (LIVE), which the
-    page fills from live (live_js), so neither chat renders the conversation again; the Markdown view, when shown,
-    renders it as usual."""
-    chats = (gr.skip(), gr.skip()) if overlay else chat_views(conv, overlay)
-    return (gr.skip(), conv, *chats, live, *_panels(stats), status_html(state, text))
+def _streaming(stats: Stats) -> tuple[str, str]:
+    return "generating", f"Generating… {stats.tokens} tokens"
+
+
+def _streamed(conv: list[dict], stats: Stats) -> tuple:
+    """An update of the Markdown view while an answer streams: it renders the conversation as usual."""
+    return (gr.skip(), conv, *chat_views(conv, False), gr.skip(), *_panels(stats), status_html(*_streaming(stats)))
+
+
+def feed_update(stream: OverlayStream, stats: Stats) -> dict[str, str]:
+    """An update of the overlay chat while an answer streams, for its feed: the overlay chat keeps its placeholder
+    for the answer (LIVE), which the page fills (live_js), so that the chat renders the answer once, when done."""
+    panels = {"stats": stats_html(stats), "plot": acceptance_svg(stats), "status": status_html(*_streaming(stats))}
+    return {"html": stream.html(), **panels}
 
 
 def _panels(stats: object) -> tuple:
@@ -390,8 +410,9 @@ class Decoding:
 class ChatApp:
     """Event handlers of one app; each browser tab is a session with its own conversation and Stop button."""
 
-    def __init__(self, host: EngineHost, n_ctx: int, overrides: dict):
+    def __init__(self, host: EngineHost, n_ctx: int, overrides: dict, feeds: Feeds):
         self.host = host
+        self.feeds = feeds
         self.n_ctx = n_ctx
         self.overrides = overrides
         self._stops: dict[str, threading.Event] = {}
@@ -480,21 +501,25 @@ class ChatApp:
             if decoding is None:
                 turn.close()
         stream = OverlayStream()
-        # Until it is done, the answer shows in the overlay chat as the placeholder that the live updates fill.
+        # Until it is done, the answer shows in the overlay chat as the placeholder that its feed fills.
         answer = {"role": "assistant", "content": "", "pieces": stream.pieces, "html": LIVE}
         conv = [*asked, answer]
+        feed = self.feeds.open() if s.overlay else None
         try:
-            yield _update("", conv, s.overlay, "generating", "Reading the prompt…")
+            yield _update("", conv, s.overlay, "generating", "Reading the prompt…", feed=feed)
             last, interval = time.perf_counter(), FIRST_TOKENS_POLL_S
             while not decoding.ended.wait(max(0.0, last + interval - time.perf_counter())):
                 last = time.perf_counter()
                 if new := decoding.take():
                     interval = UPDATE_INTERVAL_S
                     _add(answer, stream, new)
-                    stats = new[-1].stats
-                    text = f"Generating… {stats.tokens} tokens"
-                    yield _streamed(conv, s.overlay, stream.html(), "generating", text, stats)
+                    if feed is not None:
+                        feed.publish(feed_update(stream, new[-1].stats))
+                    else:
+                        yield _streamed(conv, new[-1].stats)
         finally:  # the page gave up on the answer (Clear, a closed tab), or an update failed: end the loop too
+            if feed is not None:
+                self.feeds.close(feed)
             decoding.cancel()
             _add(answer, stream, decoding.take())
             answer["html"] = stream.html(final=True)  # kept in the conversation, whatever ended the answer
@@ -540,18 +565,20 @@ class ChatApp:
 
 def build_app(
     host: EngineHost,
+    feeds: Feeds,
     n_ctx: int = 4096,
     overrides: dict | None = None,
     pair: str | None = None,
     file_actions: bool = True,
 ) -> gr.Blocks:
-    """The whole app over one shared engine host (loading or loaded by the caller, or empty).
+    """The whole app over one shared engine host (loading or loaded by the caller, or empty), its streamed answers
+    through feeds (which launch serves).
 
-    overrides: settings given on the command line, over the saved ones; pair: the pair the models view offers first
-    (default: the catalog's default pair); file_actions: whether the models view offers to add, remove and download
-    model files (off for a page served beyond this machine without a login).
+        overrides: settings given on the command line, over the saved ones; pair: the pair the models view offers first
+        (default: the catalog's default pair); file_actions: whether the models view offers to add, remove and download
+        model files (off for a page served beyond this machine without a login).
     """
-    app = ChatApp(host, n_ctx, overrides or {})
+    app = ChatApp(host, n_ctx, overrides or {}, feeds)
     initial = app.settings()
     with gr.Blocks(title="specchat", analytics_enabled=False) as demo:
         with gr.Row(elem_classes="sc-header"):
@@ -607,7 +634,7 @@ def build_app(
                             regen = gr.Button("Regenerate", size="sm", elem_id="sc-regenerate")
                             clear = gr.Button("Clear", size="sm", elem_id="sc-clear")
                         status = gr.HTML(status_html("idle", ""), elem_id="sc-status")
-                        # Carries the streamed answer's overlay HTML to live_js; never shown.
+                        # Tells the page where the streamed answer's feed is (feed_js); never shown.
                         live = gr.Textbox(visible=False)
                     with gr.Column(scale=1, min_width=300):
                         stats = gr.HTML(stats_html(None), elem_id="sc-stats")
@@ -636,7 +663,7 @@ def build_app(
         for clearing in (clear.click, overlay_chat.clear, md_chat.clear):
             clear_outputs = [conv, overlay_chat, md_chat, live, stats, plot, status]
             clearing(app.clear, [overlay_switch], clear_outputs, queue=False, cancels=runs, **SPINNER_HIDDEN)
-        live.change(None, live, None, js=live_js(UPDATE_INTERVAL_S, REVEAL_TICK_S), queue=False)
+        live.change(None, live, None, js=feed_js(UPDATE_INTERVAL_S, REVEAL_TICK_S), queue=False)
         overlay_switch.change(app.switch_view, [conv, overlay_switch], [overlay_chat, md_chat], **SPINNER_HIDDEN)
         for control in setting_inputs:
             control.change(app.save, setting_inputs, None, queue=False, **SPINNER_HIDDEN)

@@ -83,12 +83,14 @@ def acceptance_svg(stats: Stats | None, width: int = 280, height: int = 150) -> 
     rates = stats.acceptance_by_pos if stats is not None else []
     if not rates:
         return (
-            '<div class="sc-plot sc-plot-empty">Acceptance by draft position appears here once drafts are made.</div>'
+            '<div class="sc-plot-box"><div class="sc-plot sc-plot-empty">'
+            "Acceptance by draft position appears here once drafts are made.</div></div>"
         )
     left, right, top, bottom = 34, 8, 18, 30
     plot_w, plot_h = width - left - right, height - top - bottom
     slot = plot_w / len(rates)
     parts = [
+        '<div class="sc-plot-box">',  # one root element, empty or not: the page's feed updates its children
         f'<svg class="sc-plot" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
         f'role="img" aria-label="acceptance by draft position">',
         f'<text x="{left}" y="11" class="sc-plot-title">acceptance by draft position</text>',
@@ -112,5 +114,5 @@ def acceptance_svg(stats: Stats | None, width: int = 280, height: int = 150) -> 
     parts.append(
         f'<text x="{left + plot_w / 2:.1f}" y="{height - 4}" text-anchor="middle" class="sc-tick">draft position</text>'
     )
-    parts.append("</svg>")
+    parts.append("</svg></div>")
     return "".join(parts)

@@ -3,7 +3,7 @@
 its own work, not the preemption of llama.cpp), a fresh page per answer (opened, then left 8 s for Gradio's own
 page-open animation to end), the variants in rotating order round by round.
 
-python frames_ab.py OUT [--rounds 3] [--variants base,tick500,...]
+python frames_ab.py OUT [--rounds 3] [--variants base,tick500,...] [--old-app OTHER/app]
 
 Each answer reports the browser's CPU seconds per second of answer (all its processes), and the renderer main
 thread's task, layout, style and script time from the DevTools Performance metrics.
@@ -44,6 +44,17 @@ VARIANTS = {
     "u1t50": ("", "", "REVEAL_TICK_S=0.5"),
     "u2t25": ("", "", "UPDATE_INTERVAL_S=2"),
     "u2t50": ("", "", "UPDATE_INTERVAL_S=2 REVEAL_TICK_S=0.5"),
+    # The streamed answer neither laid out nor painted (Gradio's updates and live_js's work on them all run).
+    "nolive": ("#sc-chat-overlay .sc-live { display: none; }", "", ""),
+    # How often the stats panel, the plot and the status line are drawn again while streaming (PANELS_INTERVAL_S).
+    "p1": ("", "", "PANELS_INTERVAL_S=1"),
+    "p2": ("", "", "PANELS_INTERVAL_S=2"),
+    "p4": ("", "", "PANELS_INTERVAL_S=4"),
+    "pend": ("", "", "PANELS_INTERVAL_S=1e9"),
+    # The status tracker's frames never delivered (no_tracker_frames.js instead of the app's pacing of them).
+    "notracker": ("", "", f"TRACKER_FRAMES_JS=@{HERE / 'no_tracker_frames.js'}"),
+    # The app at --old-app (the same page, the same constants): e.g. before the answer's feed (a git worktree).
+    "old": ("", "", ""),
 }
 # Plain decoding: the apps of the server variants load (and would calibrate auto) side by side. ab1/ and ab2/ ran
 # "auto" with one app.
@@ -82,20 +93,26 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--old-app", type=Path, help="the app source root of the variant 'old'")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     variants = args.variants.split(",")
+
+    def server_key(variant: str) -> tuple[str, str]:
+        return VARIANTS[variant][2], str(args.old_app if variant == "old" else REPO / "app")
+
     home = Path(tempfile.mkdtemp())
     (home / "config").mkdir()
     settings = {"mode": MODE, "k": 4, "temperature": 0.0, "seed": 0, "max_tokens": 300, "overlay": True}
     (home / "config" / "ui_settings.json").write_text(json.dumps(settings | {"system_prompt": SYSTEM}))
     env = {**os.environ, "SPECCHAT_HOME": str(home), "PYTHONPATH": str(REPO / "app")}
     models = ["--target", str(MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"), "--threads", "1"]
-    servers = {}  # one app per distinct set of constants, started before any answer
-    for constants in dict.fromkeys(VARIANTS[v][2] for v in variants):
+    servers = {}  # one app per distinct set of constants and source, started before any answer
+    for key in dict.fromkeys(server_key(v) for v in variants):
+        constants, app = key
         launcher = (sys.executable, str(HERE / "patched_app.py"), *constants.split(), "--")
         log = args.out / f"server{len(servers)}.log"
-        servers[constants] = start_app(models, env | {"HF_HUB_OFFLINE": "1"}, log, launcher)
+        servers[key] = start_app(models, env | {"HF_HUB_OFFLINE": "1", "PYTHONPATH": app}, log, launcher)
     runs = []
     try:
         with sync_playwright() as pw:
@@ -104,7 +121,7 @@ def main() -> None:
                 one_answer(browser, url, server.pid, "base")  # untimed
             for r in range(args.rounds):
                 for v in variants[r % len(variants) :] + variants[: r % len(variants)]:
-                    server, url = servers[VARIANTS[v][2]]
+                    server, url = servers[server_key(v)]
                     run = one_answer(browser, url, server.pid, v) | {"round": r, "variant": v}
                     runs.append(run)
                     keys = ("tokens_per_s", "browser_cpu_per_s", "main_TaskDuration", "main_LayoutCount")
