@@ -46,7 +46,8 @@ VARIANTS = {
     "u2t50": ("", "", "UPDATE_INTERVAL_S=2 REVEAL_TICK_S=0.5"),
     # The streamed answer neither laid out nor painted (Gradio's updates and live_js's work on them all run).
     "nolive": ("#sc-chat-overlay .sc-live { display: none; }", "", ""),
-    # How often the stats panel, the plot and the status line are drawn again while streaming (PANELS_INTERVAL_S).
+    # How often the stats panel, the plot and the status line are drawn again while streaming: PANELS_INTERVAL_S, a
+    # constant of the app only while this was tried (not kept, never committed; ../2026-12-06-answer-feed/p-rates).
     "p1": ("", "", "PANELS_INTERVAL_S=1"),
     "p2": ("", "", "PANELS_INTERVAL_S=2"),
     "p4": ("", "", "PANELS_INTERVAL_S=4"),
