@@ -87,7 +87,7 @@ def measure(n_tokens: int, updates: int, overlay: bool) -> dict:
         return processed.model_dump() if hasattr(processed, "model_dump") else processed
 
     previous = feed_update(stream, stats) if overlay else value(chat_views(conv, False)[1])
-    ours, gradio, sent = [], [], []
+    ours, sending, sent = [], [], []
     for u in range(updates):
         new = events(texts[streamed + u * per_update : streamed + (u + 1) * per_update], stats)
         t0 = time.perf_counter()
@@ -103,13 +103,13 @@ def measure(n_tokens: int, updates: int, overlay: bool) -> dict:
         t2 = time.perf_counter()
         previous = now
         ours.append(t1 - t0)
-        gradio.append(t2 - t1)
+        sending.append(t2 - t1)
         sent.append(len(json.dumps(edits)))
     ms = lambda xs: round(statistics.median(xs) * 1000, 3)  # noqa: E731
     return {
         "tokens": n_tokens,
         "app_ms": ms(ours),
-        "send_ms": ms(gradio),
+        "send_ms": ms(sending),
         "sent_bytes": statistics.median(sent),
     }
 

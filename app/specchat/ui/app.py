@@ -574,9 +574,9 @@ def build_app(
     """The whole app over one shared engine host (loading or loaded by the caller, or empty), its streamed answers
     through feeds (which launch serves).
 
-        overrides: settings given on the command line, over the saved ones; pair: the pair the models view offers first
-        (default: the catalog's default pair); file_actions: whether the models view offers to add, remove and download
-        model files (off for a page served beyond this machine without a login).
+    overrides: settings given on the command line, over the saved ones; pair: the pair the models view offers first
+    (default: the catalog's default pair); file_actions: whether the models view offers to add, remove and download
+    model files (off for a page served beyond this machine without a login).
     """
     app = ChatApp(host, n_ctx, overrides or {}, feeds)
     initial = app.settings()

@@ -35,15 +35,14 @@ class Feed:
         self.token = token
         self.url = f"{FEED_PATH}/{token}"
         self._lock = threading.Lock()
-        self._latest: dict[str, str] | None = None
-        self._version = 0
+        self._latest: dict[str, str] = {}
         self._ended = False
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
     def publish(self, update: dict[str, str]) -> None:
         """From any thread: the page's next update (answer HTML, panels), replacing any not sent yet."""
         with self._lock:
-            self._latest, self._version = update, self._version + 1
+            self._latest = update
         self._wake()
 
     def end(self) -> None:
@@ -66,17 +65,15 @@ class Feed:
         waiter = (asyncio.get_running_loop(), event)
         with self._lock:
             self._waiters.append(waiter)
-        sent, shown = 0, {}
+        shown: dict[str, str] = {}
         try:
             while True:
                 event.clear()  # before reading: an update published after the read sets it again
                 with self._lock:
-                    latest, version, ended = self._latest, self._version, self._ended
-                if version > sent and latest is not None:
-                    sent = version
-                    if changed := changes(shown, latest):
-                        yield f"data: {json.dumps(changed)}\n\n"
-                    shown = latest
+                    latest, ended = self._latest, self._ended
+                if changed := changes(shown, latest):
+                    yield f"data: {json.dumps(changed)}\n\n"
+                shown = latest
                 if ended:
                     yield "event: end\ndata: \n\n"
                     return
