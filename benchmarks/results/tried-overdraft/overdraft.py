@@ -4,10 +4,14 @@ the prefix whose verify batch pays, given every drafted token's sureness and all
 only: choosing the verified length from later tokens' sureness, which depends on the tokens drawn before them, would
 bias sampled acceptance.
 
-Replays auto and the variants given as JSON objects of Overdraft's attributes over the suite's recorded greedy
-answers at each machine's prices, costs carried from answer to answer:
+Also tried (`Streak`): the gate asked before each draft token may go up to 15 tokens, not only up to the plan's
+length, and the positions not drafted yet are taken at least as sure as the tokens drafted so far (their mean or
+their least, where every one of them is at least `floor`); "mode": "none" leaves the rates as they are.
 
-    python3 benchmarks/results/tried-overdraft/overdraft.py '{}' '{"theta": 0.9}' '{"theta": 0.9, "cap": false}'
+Replays auto and the variants given as JSON objects of the class's attributes ("kind": "streak" for Streak) over the
+suite's recorded greedy answers at each machine's prices, costs carried from answer to answer:
+
+    python3 benchmarks/results/tried-overdraft/overdraft.py '{}' '{"theta": 0.9}' '{"kind": "streak", "mode": "mean"}'
 
 '{}' is auto as committed.
 """
@@ -25,7 +29,7 @@ import replay  # noqa: E402
 from specchat.engine import DEFAULT_POLICY  # noqa: E402
 from specchat.engine.adaptive import AutoDrafter, LiveCosts  # noqa: E402
 from specchat.engine.calibration import Calibration  # noqa: E402
-from specchat.engine.costmodel import expected_tokens_by_length  # noqa: E402
+from specchat.engine.costmodel import expected_tokens_by_length, speedups  # noqa: E402
 
 RECORDING = RESULTS / "replay-greedy-2nd.json"
 PRICES = {
@@ -74,12 +78,38 @@ class Overdraft(AutoDrafter):
         super().observe(n_drafted, n_accepted, draft_s, verify_s)
 
 
+class Streak(AutoDrafter):
+    mode = "mean"  # how sure the positions not drafted yet are taken to be: "mean", "min" or "none"
+    floor = 0.0  # only where every drafted token's scaled sureness is at least this
+
+    def _try(self, source, k_max, min_gain, draft, rival=1.0):
+        if source is self.model_source and source.plan(self.r, min(k_max, source.k_max), min_gain)[0]:
+            wide = min(k_max, source.k_max)
+            return super()._try(source, k_max, min_gain, lambda n: draft(max(n, wide)), rival)
+        return super()._try(source, k_max, min_gain, draft, rival)
+
+    def _worth_drafting(self, n_drafted, k, sureness, token):
+        if n_drafted == 0:
+            return super()._worth_drafting(n_drafted, k, sureness, token)
+        self._sureness.append(sureness)
+        seen = [min(1.0, self.scale.acceptance(x)) for x in self._sureness]
+        rates = self.model_source.tracker.rates(k)
+        rates[: len(seen)] = [min(r, x) for r, x in zip(rates, seen)]
+        if self.mode != "none" and min(seen) >= self.floor:
+            sure = sum(seen) / len(seen) if self.mode == "mean" else min(seen)
+            rates[len(seen) :] = [max(r, sure) for r in rates[len(seen) :]]
+        s = speedups(rates, self.model_source.cost, self.r)
+        return max(s[n_drafted:], default=0.0) > s[n_drafted - 1]
+
+
 def replay_suite(variant: dict) -> dict[str, dict[str, float]]:
     saved = json.loads(RECORDING.read_text())
     answers = [replay.Answer(**{k: v for k, v in a.items() if k != "id"}) for a in saved["answers"]]
+    variant = dict(variant)
+    kind = Streak if variant.pop("kind", None) == "streak" else Overdraft
     for name, value in variant.items():
-        setattr(Overdraft, name, value)
-    replay.AutoDrafter = Overdraft if variant else AutoDrafter
+        setattr(kind, name, value)
+    replay.AutoDrafter = kind if variant else AutoDrafter
     out = {}
     for machine, path in PRICES.items():
         cal = Calibration.from_json((RESULTS / path).read_text())
@@ -97,9 +127,9 @@ def replay_suite(variant: dict) -> dict[str, dict[str, float]]:
 if __name__ == "__main__":
     for text in sys.argv[1:] or ["{}"]:
         print(text)
-        for machine, speedups in replay_suite(json.loads(text)).items():
-            categories = sorted((k, v) for k, v in speedups.items() if k != "all")
+        for machine, ratios in replay_suite(json.loads(text)).items():
+            categories = sorted((k, v) for k, v in ratios.items() if k != "all")
             middle = sorted(v for _, v in categories)
             median = (middle[3] + middle[4]) / 2
             line = " ".join(f"{k} {v:.2f}" for k, v in categories)
-            print(f"  {machine}: all {speedups['all']:.2f}, median of categories {median:.2f} | {line}")
+            print(f"  {machine}: all {ratios['all']:.2f}, median of categories {median:.2f} | {line}")
