@@ -42,9 +42,9 @@ PRICES = {
 }
 
 
-class Overdraft(AutoDrafter):
-    theta = 0.9  # draft on past what the plan chose while the scaled sureness is at least this
-    cap = True  # whether the verified prefix's acceptance is capped by the tracker's rates, as the gate's is
+class Wide(AutoDrafter):
+    """Where the draft model's plan drafts at all, its gate may go on up to k_over tokens, past the plan's length."""
+
     k_over = 15
 
     def _try(self, source, k_max, min_gain, draft, rival=1.0):
@@ -52,6 +52,11 @@ class Overdraft(AutoDrafter):
             wide = min(k_max, self.k_over)
             return super()._try(source, k_max, min_gain, lambda n: draft(max(n, wide)), rival)
         return super()._try(source, k_max, min_gain, draft, rival)
+
+
+class Overdraft(Wide):
+    theta = 0.9  # draft on past what the plan chose while the scaled sureness is at least this
+    cap = True  # whether the verified prefix's acceptance is capped by the tracker's rates, as the gate's is
 
     def _worth_drafting(self, n_drafted, k, sureness, token):
         go = super()._worth_drafting(n_drafted, k, sureness, token)
@@ -78,15 +83,9 @@ class Overdraft(AutoDrafter):
         super().observe(n_drafted, n_accepted, draft_s, verify_s)
 
 
-class Streak(AutoDrafter):
+class Streak(Wide):
     mode = "mean"  # how sure the positions not drafted yet are taken to be: "mean", "min" or "none"
     floor = 0.0  # only where every drafted token's scaled sureness is at least this
-
-    def _try(self, source, k_max, min_gain, draft, rival=1.0):
-        if source is self.model_source and source.plan(self.r, min(k_max, source.k_max), min_gain)[0]:
-            wide = min(k_max, source.k_max)
-            return super()._try(source, k_max, min_gain, lambda n: draft(max(n, wide)), rival)
-        return super()._try(source, k_max, min_gain, draft, rival)
 
     def _worth_drafting(self, n_drafted, k, sureness, token):
         if n_drafted == 0:
