@@ -104,11 +104,10 @@ class Streak(Wide):
 def replay_suite(variant: dict) -> dict[str, dict[str, float]]:
     saved = json.loads(RECORDING.read_text())
     answers = [replay.Answer(**{k: v for k, v in a.items() if k != "id"}) for a in saved["answers"]]
-    variant = dict(variant)
-    kind = Streak if variant.pop("kind", None) == "streak" else Overdraft
-    for name, value in variant.items():
-        setattr(kind, name, value)
-    replay.AutoDrafter = kind if variant else AutoDrafter
+    settings = dict(variant)
+    base = Streak if settings.pop("kind", None) == "streak" else Overdraft
+    # A class of its own for each variant: a setting must not carry over to the next variant of the same run.
+    replay.AutoDrafter = type("Variant", (base,), settings) if variant else AutoDrafter
     out = {}
     for machine, path in PRICES.items():
         cal = Calibration.from_json((RESULTS / path).read_text())
