@@ -173,7 +173,7 @@ def test_bad_sampling_settings_are_refused_before_any_model_loads(tmp_path, caps
     for option, value, message in (
         ("--temperature", "nan", "temperature must be a finite number of at least 0, not nan"),
         ("--temperature", "inf", "temperature must be a finite number of at least 0, not inf"),
-        ("--top-p", "0", "top_p must be a finite number in (0, 1], not 0.0"),
+        ("--top-p", "1.5", "top_p must be a finite number in [0, 1], not 1.5"),
         ("--min-p", "2", "min_p must be a finite number in [0, 1], not 2.0"),
         ("--top-k", "-3", "top_k must be a whole number of at least 0, not -3"),
         ("--max-tokens", "0", "max_tokens must be a whole number of at least 1, not 0"),

@@ -85,8 +85,9 @@ def test_speculation_per_request_in_specchat_and_llama_cpp_terms():
         ({"temperature": math.inf}, "temperature", "finite"),
         ({"temperature": math.nan}, "temperature", "finite"),
         ({"temperature": "hot"}, "temperature", ">= 0"),
-        ({"top_p": 0}, "top_p", "(0, 1]"),
-        ({"top_p": 1.5}, "top_p", "(0, 1]"),
+        ({"temperature": 10**400}, "temperature", ">= 0"),  # past float's range: no OverflowError
+        ({"min_p": -(10**400)}, "min_p", "[0, 1]"),
+        ({"top_p": 1.5}, "top_p", "[0, 1]"),
         ({"min_p": -1}, "min_p", "[0, 1]"),
         ({"top_k": -1}, "top_k", ">= 0"),
         ({"top_k": 2.5}, "top_k", "integer"),
@@ -138,12 +139,18 @@ def test_messages_must_be_text_in_known_roles():
     assert error.param == "messages[0].content[1]" and "'image_url' content is not supported" in error.message
     assert refused(chat_request, chat(messages=[])).param == "messages"
     assert refused(chat_request, chat(messages=[{"role": "robot", "content": "x"}])).param == "messages[0].role"
+    for role in (["user"], {"a": 1}, None):  # no TypeError (unhashable) on the way to the 400
+        assert refused(chat_request, chat(messages=[{"role": role, "content": "x"}])).param == "messages[0].role"
+    assert refused(chat_request, chat(messages=[{"role": "user", "content": None}])).param == "messages[0].content"
     assert "tool" in refused(chat_request, chat(messages=[{"role": "tool", "content": "4"}])).message
     parts = [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]
     ask = chat_request(
         chat(messages=[{"role": "developer", "content": "Be brief."}, {"role": "user", "content": parts}]), 8
     )
     assert ask.messages == ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "one\ntwo"})
+    # An assistant turn with no content, as OpenAI's API takes it.
+    turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": None}, *HELLO]
+    assert chat_request(chat(messages=turns), 8).messages[1] == {"role": "assistant", "content": ""}
 
 
 def test_completions_take_one_text_prompt():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ import uvicorn
 from specchat.api.server import create_app
 from specchat.engine import BackendConfig
 from specchat.host import EngineHost
+
+from helpers import Server
 
 CHAT = b'{"model": "any", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}'
 
@@ -65,3 +68,39 @@ def test_while_a_model_loads_the_api_answers_503_with_retry_after(served_host, q
     assert host.wait_loaded(300).state == "ready"
     for status, headers in (get(url + "/health"), get(url + "/v1/chat/completions", CHAT)):
         assert status == 200 and "retry-after" not in headers
+
+
+def test_specchat_serve_answers_503_while_its_model_loads_then_serves(tmp_path, qwen_pair):
+    # The Qwen draft as the model, in a new home: its load and auto mode's timing of this machine take seconds.
+    args = ["--target", str(qwen_pair[1]), "--threads", "1", "--n-ctx", "512"]
+    server = Server(tmp_path, ["serve"], args, {"HF_HUB_OFFLINE": "1"}, ready="/health")
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until the port listens: Python's imports come first
+            assert server.proc.poll() is None, server.log.read_text()
+            try:
+                first = get(server.url + "health")
+                break
+            except urllib.error.URLError:
+                assert time.monotonic() < deadline, server.log.read_text()
+                time.sleep(0.02)
+        assert first[0] == 503 and first[1].get("retry-after") == "1", first
+        server.wait_up(300)
+        assert get(server.url + "v1/chat/completions", CHAT)[0] == 200
+        assert "Ready at http://127.0.0.1:" in server.log.read_text()
+    finally:
+        server.stop()
+
+
+def test_specchat_serve_ends_with_one_line_when_its_model_cannot_load(tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + bytes(64))  # GGUF's magic, then nothing a loader can read
+    args = ["--target", str(broken), "--n-ctx", "512"]
+    server = Server(tmp_path, ["serve"], args, {"HF_HUB_OFFLINE": "1"}, ready="/health")
+    try:
+        assert server.proc.wait(120) == 1
+    finally:
+        server.stop()
+    lines = server.log.read_text().strip().splitlines()
+    assert lines[-1].startswith("error: ") and "broken.gguf" in lines[-1], lines
+    assert "Traceback" not in server.log.read_text()

@@ -183,7 +183,7 @@ def test_bad_parameters_and_what_the_engine_cannot_do_are_400s_that_say_so(clien
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
     cases = [
         ({"temperature": -1}, "temperature", "finite number >= 0"),
-        ({"top_p": 1.5}, "top_p", "(0, 1]"),
+        ({"top_p": 1.5}, "top_p", "[0, 1]"),
         ({"max_tokens": 0}, "max_tokens", ">= 1"),
         ({"n": 2}, "n", "must be 1"),
         ({"tools": [tool]}, "tools", "not supported"),
@@ -223,6 +223,33 @@ def test_the_key_is_demanded_on_every_route_but_health(api_server):
     with pytest.raises(openai.AuthenticationError):
         wrong.completions.create(model="any", prompt="Hello", max_tokens=2)
     assert raw(api_server, "/health", key=None)[0] == 200
+
+
+def test_malformed_requests_and_unknown_routes_are_openai_errors_and_the_next_request_is_served(client, api_server):
+    hi = b'{"messages": [{"role": "user", "content": "hi"}], '
+    for body, says in (
+        (hi + b'"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "not valid JSON"),  # nested past Python's recursion
+        (b'{"messages": [{"role": ["user"], "content": "hi"}]}', "messages[0].role must be one of"),
+        (hi + b'"temperature": 1' + b"0" * 400 + b"}", "temperature must be"),  # a whole number past float's range
+        (hi + b'"speculative": {"\\ud800": 1}}', "is not supported"),  # a lone surrogate quoted in the message
+    ):
+        status, answer = raw(api_server, "/v1/chat/completions", body)
+        assert status == 400 and says in answer["error"]["message"], answer
+    auth = {"Authorization": f"Bearer {KEY}"}
+    for method, path, code in (("GET", "/v1/embeddings", 404), ("GET", "/v1/chat/completions", 405)):
+        request = urllib.request.Request(api_server.url + path.lstrip("/"), method=method, headers=auth)
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request, timeout=60)
+        error = json.loads(caught.value.read())["error"]
+        assert caught.value.code == code and set(error) == {"message", "type", "param", "code"}, error
+        assert f"{method} {path}" in error["message"]
+    (model,) = client.models.list().data
+    assert client.models.retrieve(model.id).id == model.id
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("no-such-model")
+    # top_p 0, as OpenAI takes it: the most likely token only, whatever the temperature.
+    greedy = chat(client, temperature=0, max_tokens=8, extra_body=PLAIN).choices[0].message.content
+    assert chat(client, temperature=1.5, top_p=0, max_tokens=8, extra_body=PLAIN).choices[0].message.content == greedy
 
 
 def ask(client: OpenAI, question: str, stream: bool) -> str:

@@ -114,6 +114,8 @@ def test_transforms_keep_what_they_promise():
     # top-p: the smallest prefix whose mass reaches it (0.5 + 0.2 reaches 0.69, not 0.71).
     assert np.count_nonzero(probabilities(logits, SamplingParams(1.0, top_p=0.69))) == 2
     assert np.count_nonzero(probabilities(logits, SamplingParams(1.0, top_p=0.71))) == 3
+    # top-p 0 (OpenAI's API takes it): the most likely token only, at any temperature.
+    assert probabilities(logits[::-1], SamplingParams(1.5, top_p=0.0)).tolist() == [0, 0, 0, 0, 1]
     # min-p 0.29: keep p >= 0.145.
     assert np.count_nonzero(probabilities(logits, SamplingParams(1.0, min_p=0.29))) == 3
     p = probabilities(logits, SamplingParams(0.0))

@@ -131,7 +131,7 @@ def _streaming(body: dict) -> dict:
 def settings_of(body: dict, default_max_tokens: int) -> GenerationSettings:
     """The sampling, length, stop and speculation parameters of a request."""
     temperature = _number(body, "temperature", DEFAULT_TEMPERATURE, "a finite number >= 0", lambda x: x >= 0)
-    top_p = _number(body, "top_p", 1.0, "a number in (0, 1]", lambda x: 0 < x <= 1)
+    top_p = _number(body, "top_p", 1.0, "a number in [0, 1]", lambda x: 0 <= x <= 1)
     min_p = _number(body, "min_p", 0.0, "a number in [0, 1]", lambda x: 0 <= x <= 1)
     top_k = _integer(body, "top_k", 0, "an integer >= 0 (0: off)", lambda x: x >= 0)
     seed = _integer(body, "seed", None, "an integer >= 0, or -1 for a random seed", lambda x: x >= -1)
@@ -212,9 +212,12 @@ def _message(message: object, where: str) -> dict:
     role = message.get("role")
     if role in ("tool", "function") or message.get("tool_calls") or message.get("function_call"):
         raise ApiError(f"{where}: tool and function calls are not supported", f"{where}.role", "unsupported_parameter")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise ApiError(f"{where}.role must be one of {', '.join(ROLES)}, not {role!r}", f"{where}.role")
-    return {"role": ROLES[role], "content": _text_content(message.get("content"), f"{where}.content")}
+    content = message.get("content")
+    if content is None and role == "assistant":  # OpenAI's shape of an assistant turn that said nothing
+        content = ""
+    return {"role": ROLES[role], "content": _text_content(content, f"{where}.content")}
 
 
 def _text_content(content: object, where: str) -> str:
@@ -263,9 +266,16 @@ def _number(body: dict, name: str, default: float, wanted: str, ok, param: str |
     value = body.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not ok(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        number = math.nan
+    else:
+        try:
+            number = float(value)
+        except OverflowError:  # a whole number past float's range
+            number = math.inf
+    if not math.isfinite(number) or not ok(number):
         raise ApiError(f"{param or name} must be {wanted}, not {value!r}", param or name)
-    return float(value)
+    return number
 
 
 def _integer(body: dict, name: str, default: int | None, wanted: str, ok, param: str | None = None) -> int | None:

@@ -8,6 +8,7 @@ import ipaddress
 import os
 import socket
 import sys
+import threading
 from collections.abc import Callable
 
 import uvicorn
@@ -25,21 +26,30 @@ GRACEFUL_SHUTDOWN_S = 2
 
 
 def main(args: argparse.Namespace) -> int:
-    """Load the model (and time it for auto mode), then serve the API until interrupted."""
+    """Serve the API until interrupted, answering 503 while the model loads (and auto mode times this machine), as
+    llama-server does; a model that cannot load ends it."""
     logs.configure()
     key = api_key(args)
     target, draft = resolve_models(args)
     sock = bind(args.host, args.port)  # before seconds of loading: a port in use is known at once
     host = EngineHost(draft_as_is=args.draft_as_is, keep_answers=args.keep_answers)
+    failed: list[str] = []
+
+    def until_loaded(stop: Callable[[], None]) -> None:
+        status = host.wait_loaded(on_message=print_progress)
+        if status.state == "ready":
+            loaded = status.message.removeprefix("Ready: ")
+            print(f"Ready at {base_url(args.host, args.port)}/v1 (OpenAI-compatible API): {loaded}", flush=True)
+        else:
+            failed.append(status.message)
+            stop()
+
     try:
         host.load(target, draft, backend_config(args))
-        status = host.wait_loaded(on_message=print_progress)
-        if status.state != "ready":
-            raise SpecchatError(status.message)
         app = create_app(host, key)
-        loaded = status.message.removeprefix("Ready: ")
-        ready = f"Ready at {base_url(args.host, args.port)}/v1 (OpenAI-compatible API): {loaded}"
-        run(app, sock, lambda: print(ready, flush=True))
+        run(app, sock, lambda stop: threading.Thread(target=until_loaded, args=(stop,), daemon=True).start())
+        if failed:
+            raise SpecchatError(failed[0])
     finally:
         sock.close()
         host.close()
@@ -74,8 +84,9 @@ def base_url(host: str, port: int) -> str:
     return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
 
 
-def run(app: FastAPI, sock: socket.socket, on_ready: Callable[[], None]) -> None:
-    """Serve app on sock until interrupted; on_ready runs once connections are being accepted."""
+def run(app: FastAPI, sock: socket.socket, on_ready: Callable[[Callable[[], None]], None]) -> None:
+    """Serve app on sock until interrupted; on_ready runs once connections are being accepted, given a function that
+    stops the serving."""
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     server = uvicorn.Server(config)
 
@@ -84,7 +95,7 @@ def run(app: FastAPI, sock: socket.socket, on_ready: Callable[[], None]) -> None
         while not server.started and not task.done():
             await asyncio.sleep(0.05)
         if server.started:
-            on_ready()
+            on_ready(lambda: setattr(server, "should_exit", True))
         await task
 
     asyncio.run(serve())

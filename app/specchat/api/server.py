@@ -13,6 +13,7 @@ from pathlib import Path
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException
 from starlette.types import Receive, Scope, Send
 
 from specchat.api.generation import ClientGone, Generation, Start, log
@@ -40,18 +41,29 @@ def create_app(host: EngineHost, api_key: str | None = None) -> FastAPI:
     app = FastAPI(title="specchat", docs_url=None, redoc_url=None, openapi_url=None)  # no docs from a CDN
     api = Api(host)
     app.add_exception_handler(ApiError, _error_response)
+    app.add_exception_handler(HTTPException, _route_error)
     app.add_api_route("/health", api.health, methods=["GET"])
     router = APIRouter(dependencies=[Depends(_bearer(api_key))] if api_key else [])
     router.add_api_route("/v1/models", api.models, methods=["GET"])
+    router.add_api_route("/v1/models/{model_id:path}", api.model, methods=["GET"])
     router.add_api_route("/v1/chat/completions", api.chat_completions, methods=["POST"])
     router.add_api_route("/v1/completions", api.completions, methods=["POST"])
     app.include_router(router)
     return app
 
 
-async def _error_response(_request: Request, error: Exception) -> JSONResponse:
+async def _error_response(_request: Request, error: Exception) -> Response:
     assert isinstance(error, ApiError)
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+    # ASCII JSON: a message may quote the request, lone surrogates included, which UTF-8 cannot encode.
+    body = json.dumps(error.body())
+    return Response(body, status_code=error.status, headers=error.headers, media_type="application/json")
+
+
+async def _route_error(request: Request, error: Exception) -> Response:
+    """A path or method the API does not serve, in OpenAI's error shape as every other error (a 404 or a 405)."""
+    assert isinstance(error, HTTPException)
+    what = f"{error.detail}: {request.method} {request.url.path}"
+    return await _error_response(request, ApiError(what, status=error.status_code, headers=error.headers))
 
 
 def _bearer(key: str):
@@ -87,13 +99,25 @@ class Api:
 
     async def models(self) -> dict:
         """The pair served (or loading), named as `specchat models list` names it."""
+        model = self.model_object()
+        return {"object": "list", "data": [model] if model else []}
+
+    async def model(self, model_id: str) -> dict:
+        """/v1/models/{id}: the pair served, by its id (the openai client's `models.retrieve`)."""
+        model = self.model_object()
+        if model is None or model["id"] != model_id:
+            raise ApiError(f"the model {model_id!r} does not exist", "model", "model_not_found", status=404)
+        return model
+
+    def model_object(self) -> dict | None:
+        """The pair served (or loading) as OpenAI describes a model; None where none is."""
         status = self.host.status()
         names = self.names()
         if names is None or status.state not in ("ready", "loading"):
-            return {"object": "list", "data": []}
+            return None
         target, draft, pair = names
         engine = self.host.engine
-        model = {
+        return {
             "id": pair or target,
             "object": "model",
             "created": int(status.target.stat().st_mtime),
@@ -103,7 +127,6 @@ class Api:
             "status": status.state,
             "context_length": engine.target.n_ctx if engine is not None else None,
         }
-        return {"object": "list", "data": [model]}
 
     async def chat_completions(self, request: Request) -> Response:
         engine = self.engine()
@@ -221,7 +244,7 @@ def _start(ask: Ask) -> Start:
 async def _body(request: Request) -> object:
     try:
         return json.loads(await request.body())
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: arrays or objects nested thousands deep
         raise ApiError(f"the request body is not valid JSON: {e}") from None
 
 

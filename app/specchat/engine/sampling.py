@@ -22,18 +22,16 @@ _TOP_P_FLOOR = 1e-5
 _SAMPLE_BLOCK = 512
 
 
-def check_range(
-    name: str, value: object, low: float, high: float = math.inf, whole: bool = False, open_low: bool = False
-) -> None:
+def check_range(name: str, value: object, low: float, high: float = math.inf, whole: bool = False) -> None:
     """Raise InvalidInputError, naming the setting and its allowed range, unless value is a finite number (a whole one
-    if `whole`) from low (excluded if `open_low`) to high."""
+    if `whole`) from low to high."""
     kind = numbers.Integral if whole else numbers.Real
     ok = isinstance(value, kind) and not isinstance(value, bool)
     # A whole number needs no finiteness test (math.isfinite would overflow on a huge int); nan fails every comparison.
-    ok = ok and (whole or math.isfinite(value)) and (low < value if open_low else low <= value) and value <= high
+    ok = ok and (whole or math.isfinite(value)) and low <= value <= high
     if not ok:
         what = "a whole number" if whole else "a finite number"
-        span = f"of at least {low}" if high == math.inf else f"in {'(' if open_low else '['}{low}, {high}]"
+        span = f"of at least {low}" if high == math.inf else f"in [{low}, {high}]"
         raise InvalidInputError(f"{name} must be {what} {span}, not {value!r}")
 
 
@@ -52,7 +50,7 @@ class SamplingParams:
     def __post_init__(self) -> None:
         check_range("temperature", self.temperature, 0)
         check_range("top_k", self.top_k, 0, whole=True)
-        check_range("top_p", self.top_p, 0, 1, open_low=True)
+        check_range("top_p", self.top_p, 0, 1)  # 0: the most likely token only, as OpenAI's API takes it
         check_range("min_p", self.min_p, 0, 1)
 
 

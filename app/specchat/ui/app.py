@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import webbrowser
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import fields, replace
 from functools import lru_cache
 from pathlib import Path
@@ -259,7 +259,7 @@ def launch(
         app.add_middleware(FirstInHead, script=TRACKER_FRAMES_JS)
         url = serve.base_url(args.host, args.port)
 
-        def ready() -> None:
+        def ready(_stop: Callable[[], None]) -> None:
             print(f"* Running on local URL:  {url}", flush=True)  # Gradio's own line, for whoever reads it
             print(f"* OpenAI-compatible API: {url}/v1", flush=True)
             if not args.no_browser:
