@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from models.support import subprocess_env
@@ -272,3 +274,36 @@ def test_generate_keeps_its_answers_for_later_runs_only_when_asked(tiny_model, t
         answers.append(json.loads(kept.stdout)["tokens"])
     (path,) = cache.glob("answers-*.json")
     assert [answer for _, answer in json.loads(path.read_text())["answers"]] == answers
+
+
+def test_generate_into_a_reader_that_stops_early_exits_quietly(tiny_model):
+    command = [sys.executable, "-m", "specchat", "generate", "--target", str(tiny_model), "--mode", "plain"]
+    args = ["--prompt", "Once upon a time", "--max-tokens", "200", "--threads", "1"]
+    proc = subprocess.Popen([*command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env())
+    assert proc.stdout.read(5)  # as `| head -c 5`: the first text, then the pipe closes
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(120) == 1 and "Traceback" not in stderr, stderr
+
+
+def test_ctrl_c_while_the_model_loads_stops_the_command(qwen_pair):
+    target = qwen_pair[0]
+    command = [sys.executable, "-m", "specchat", "generate", "--target", str(target), "--mode", "plain"]
+    args = ["--prompt", "Once upon a time", "--max-tokens", "8", "--threads", "1"]
+    proc = subprocess.Popen([*command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env())
+    # specchat reads the file's header first; llama.cpp's load is under way once the weights fill memory (the 1.5B's
+    # take a second or more to read and repack): Ctrl+C then.
+    while proc.poll() is None and resident_mb(proc.pid) < 400:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and not out, (out, err)  # stopped, no answer after it
+    assert "Traceback" not in err.decode() and "Exception ignored" not in err.decode(), err
+
+
+def resident_mb(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:  # gone
+        return 0
+    return int(status.split("VmRSS:")[1].split()[0]) // 1024 if "VmRSS:" in status else 0

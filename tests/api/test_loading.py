@@ -12,11 +12,10 @@ from collections.abc import Iterator
 import pytest
 import uvicorn
 
+from helpers import Server
 from specchat.api.server import create_app
 from specchat.engine import BackendConfig
 from specchat.host import EngineHost
-
-from helpers import Server
 
 CHAT = b'{"model": "any", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}'
 

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from specchat.bench.report import ALL, fit_cost_model, median, solve_alpha, summarize
-from specchat.bench.run import load_suite, run_configs
+from specchat.bench.report import ALL, build_report, fit_cost_model, median, solve_alpha, summarize, write_report
+from specchat.bench.run import load_suite, run_configs, save_report
 from specchat.engine import costmodel
 from specchat.errors import SpecchatError
 
 REPO = Path(__file__).resolve().parents[2]
+RECORDED = REPO / "benchmarks" / "results" / "auto-greedy" / "report.json"
 SPEC_BENCH_KINDS = {"multi_turn", "translation", "summarization", "qa", "math_reasoning", "rag"}
 
 
@@ -178,6 +181,85 @@ def test_bad_suite_line_names_file_and_line(tmp_path):
         load_suite(str(suite))
 
 
+def test_suite_that_is_not_utf8_or_is_a_folder_is_refused_in_one_line(tiny_model, tmp_path):
+    suite = tmp_path / "badutf.jsonl"
+    suite.write_bytes(b'{"id": "a", "category": "c", "prompt": "caf\xe9"}\n')  # Latin-1, not UTF-8
+    at = suite.read_bytes().index(0xE9)
+    run = specchat("bench", "--target", str(tiny_model), "--suite", str(suite), "--out", str(tmp_path / "out"))
+    assert run.returncode == 1 and run.stderr.splitlines() == [
+        f"error: suite file {suite} is not UTF-8 text (invalid continuation byte at byte {at}); save it as UTF-8"
+    ], run.stderr
+    with pytest.raises(SpecchatError, match=f"^suite {tmp_path} is a folder, not a file; give a .jsonl suite file$"):
+        load_suite(str(tmp_path))
+    assert not (tmp_path / "out").exists()
+
+
+# The report, when the run or its folder fails
+
+
+def test_a_report_its_folder_fails_at_the_end_is_kept_elsewhere_and_said_so(tmp_path, monkeypatch, capsys):
+    report = json.loads(RECORDED.read_text())
+    out = tmp_path / "out"
+    (out / "report.json").mkdir(parents=True)  # the folder takes no report.json, as a full disk would not
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(SpecchatError) as refused:
+        save_report(report, out)
+    message = str(refused.value)
+    assert message.startswith(f"could not write the report in {out} (Is a directory); the results are in ")
+    kept = Path(message.rsplit(" ", 1)[1])
+    assert kept.parent == tmp_path and json.loads(kept.read_text()) == report
+    # Nowhere on disk to keep them: the results go to standard output rather than nowhere.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "gone"))
+    with pytest.raises(SpecchatError, match="the results are in report.json printed on standard output$"):
+        save_report(report, out)
+    assert json.loads(capsys.readouterr().out) == report
+
+
+def test_a_report_of_the_first_runs_alone_is_written_and_marked_partial(tmp_path):
+    recorded = json.loads(RECORDED.read_text())
+    meta = {key: value for key, value in recorded.items() if key not in ("cost_model", "summary", "runs")}
+    runs = recorded["runs"][:1]  # one plain run of one prompt: no speedup, no cost model's drafts
+    written = write_report(
+        build_report(meta | {"interrupted": "stopped by Ctrl-C after 1 of 192 runs"}, runs), tmp_path
+    )
+    assert {path.name for path in written} == {"report.json", "report.md", "tokens_per_s.png"}
+    assert (
+        "**Partial:** stopped by Ctrl-C after 1 of 192 runs; the results cover those runs only."
+        in (tmp_path / "report.md").read_text()
+    )
+    assert len(json.loads((tmp_path / "report.json").read_text())["runs"]) == 1
+
+
+def test_ctrl_c_during_the_benchmark_writes_the_runs_done_as_a_partial_report(tiny_model, tmp_path):
+    suite = tmp_path / "two.jsonl"
+    suite.write_text(
+        '{"id": "a", "category": "x", "prompt": "Count from one to twenty."}\n'
+        '{"id": "b", "category": "y", "prompt": "Name the planets of the solar system."}\n'
+    )
+    out = tmp_path / "out"
+    args = ["--target", str(tiny_model), "--suite", str(suite), "--modes", "plain,lookup", "--k", "1,2"]
+    args += ["--max-tokens", "16", "--repeats", "3", "--threads", "2", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "app"), "SPECCHAT_HOME": str(tmp_path / "home")}
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "specchat", "bench", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    for line in bench.stderr:
+        if line.startswith("[3/18]"):
+            break
+    bench.send_signal(signal.SIGINT)
+    stdout, stderr = bench.communicate(timeout=300)
+    assert bench.returncode == 130, stderr
+    report = json.loads((out / "report.json").read_text())
+    done = len(report["runs"])
+    assert 3 <= done < 18 and report["interrupted"] == f"stopped by Ctrl-C after {done} of 18 runs"
+    assert f"interrupted after {done} of 18 runs; writing the report of those" in stderr
+    assert "**Partial:**" in (out / "report.md").read_text() and "wrote" in stdout and "Traceback" not in stderr
+
+
 # The command on real models
 
 
@@ -312,6 +394,11 @@ def test_self_drafting_accepts_everything_and_the_cost_model_is_fitted(bench_run
 def test_bench_refuses_unknown_modes_and_speculation_without_a_draft(tiny_model, tmp_path):
     bad = specchat("bench", "--target", str(tiny_model), "--modes", "plain,warp", "--out", str(tmp_path / "a"))
     assert bad.returncode != 0 and "unknown mode(s) warp" in bad.stderr
+    # A draft longer than any auto drafts, which no CPU's calibration found to pay: refused before the run.
+    long = specchat(
+        "bench", "--target", str(tiny_model), "--modes", "lookup", "--k", "4,600", "--out", str(tmp_path / "c")
+    )
+    assert long.returncode == 1 and long.stderr.strip() == "error: --k takes draft lengths from 1 to 31", long.stderr
     no_draft = specchat("bench", "--target", str(tiny_model), "--modes", "speculative", "--out", str(tmp_path / "b"))
     assert no_draft.returncode != 0 and "speculative mode needs a draft model" in no_draft.stderr
     assert not (tmp_path / "b").exists()
@@ -327,6 +414,12 @@ def test_bench_refuses_an_out_folder_that_cannot_take_the_report_before_it_runs(
         (file, f"--out {file} is a file; give a folder for the report"),
         (full, f"--out {full} already holds files; give a new or empty folder, so that none is overwritten"),
         (file / "sub", f"--out {file / 'sub'}: {file} is a file, so no folder can be made in it"),
+        # os.access says root may write in /proc; only making the folder finds out it cannot.
+        (
+            Path("/proc/x"),
+            "--out /proc/x: cannot make the report folder or write in it (No such file or directory); "
+            "give a folder you can write in",
+        ),
     ):
         run = specchat("bench", "--target", str(tiny_model), "--modes", "plain", "--repeats", "1", "--out", str(out))
         # One line and nothing else: no model loaded, no progress line, no traceback after a benchmark's worth of work.

@@ -84,6 +84,10 @@ def test_calibration_measures_once_and_is_cached(tiny):
     # Another setup (no draft) is another key, measured anew.
     alone = load_or_measure(tiny.target, None, tiny.cache_dir)
     assert alone.key != cal.key and cached_for(path, None, tiny.cache_dir) == alone
+    # A cache folder that cannot be made (a file where it would be) still gives the measurement, kept nowhere.
+    blocked = tiny.cache_dir / "a-file"
+    blocked.write_text("")
+    assert load_or_measure(tiny.target, None, blocked / "cache").key == alone.key
 
 
 def test_a_first_calibration_says_what_it_measures_in_order(tiny_model, tmp_path):

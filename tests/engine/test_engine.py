@@ -12,7 +12,7 @@ import pytest
 
 from models.support import subprocess_env
 from specchat.bench.compare import NEAR_TIE_LOGITS
-from specchat.engine import BackendConfig, Engine, GenerationSettings, SamplingParams, VerifyStep
+from specchat.engine import BackendConfig, Engine, GenerationSettings, LlamaModel, SamplingParams, VerifyStep
 from specchat.engine.sampling import probabilities
 from specchat.errors import (
     IncompatibleModelsError,
@@ -222,6 +222,28 @@ def test_settings_that_would_decode_something_else_are_refused():
         with pytest.raises(SpecchatError, match=message):
             BackendConfig(**config)
     assert BackendConfig(n_threads=0).threads == BackendConfig().threads  # 0: every core, as the UI's setting
+
+
+def test_a_context_past_the_targets_training_is_refused_before_loading(tiny_model):
+    # SmolLM2 was trained for 8192 tokens: 99999999999 would have llama.cpp ask for memory the machine lacks.
+    for n_ctx in (8193, 99_999_999_999):
+        with pytest.raises(InvalidInputError, match=f"a context of {n_ctx} tokens is more than .* 8192 at most"):
+            Engine.load(tiny_model, config=BackendConfig(n_ctx=n_ctx))
+
+
+def test_a_batch_longer_than_llama_cpps_gives_logits_for_every_token(tiny_model):
+    # A draft past n_batch is decoded in several batches; llama.cpp keeps the latest one's logits only.
+    prompt = list(range(200, 240))
+    whole, chunked = (LlamaModel(tiny_model, BackendConfig(n_ctx=256, n_batch=n, n_threads=1)) for n in (64, 8))
+    try:
+        expected = whole.decode(prompt, all_logits=True)
+        got = chunked.decode(prompt, all_logits=True)
+        assert got.shape == expected.shape == (40, whole.n_vocab)
+        assert (got.argmax(axis=1) == expected.argmax(axis=1)).mean() > 0.9  # batch shapes move logits a little
+        np.testing.assert_allclose(got, expected, atol=0.5)
+    finally:
+        whole.close()
+        chunked.close()
 
 
 def test_files_that_are_not_models_are_refused(tmp_path, tiny_model):

@@ -48,7 +48,8 @@ def test_sampling_parameters_out_of_range_name_the_parameter_and_its_range(value
     ("values", "message"),
     [
         ({"max_tokens": 0}, "max_tokens must be a whole number of at least 1, not 0"),
-        ({"mode": "lookup", "k": 0}, r"k \(the draft length of lookup mode\) must be a whole number of at least 1"),
+        ({"mode": "lookup", "k": 0}, r"k \(the draft length of lookup mode\) must be a whole number in \[1, 31\]"),
+        ({"mode": "lookup", "k": 32}, r"k \(the draft length of lookup mode\) must be a whole number in \[1, 31\]"),
         ({"mode": "speculative", "k": -2}, r"k \(the draft length of speculative mode\) must be a whole number"),
         ({"seed": -2}, r"seed must be -1 \(random\) or a whole number of at least 0, not -2"),
         ({"seed": 1.5}, r"seed must be -1 \(random\) or a whole number of at least 0, not 1.5"),

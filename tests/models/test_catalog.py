@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -215,6 +216,7 @@ def test_local_models_are_registered_in_place_and_pair_up_with_anything(qwen_pai
     assert run_cli("check", "my-coder", draft.stem) == 0
     assert "compatible" in capsys.readouterr().out
 
+    cat.user_catalog_path().unlink()  # a model a pair uses is not forgotten (see the test below)
     assert run_cli("remove", "my-coder") == 0
     assert "left where it is" in capsys.readouterr().out
     assert target.is_file() and "my-coder" not in cat.local_models()
@@ -278,3 +280,78 @@ def test_models_list_json_lists_every_pair_with_both_files_and_the_default(capsy
     assert run_cli("list") == 0
     table = capsys.readouterr().out
     assert all(name in table for name in catalog.pairs) and "* " in table
+
+
+def test_a_local_model_that_a_pair_uses_is_not_forgotten(qwen_pair, capsys):
+    target, draft = qwen_pair
+    assert run_cli("add", str(target), "--name", "qcoder15") == 0
+    assert run_cli("add", str(draft), "--name", "qcoder05") == 0
+    user = write_catalog(cat.user_catalog_path(), '[pairs.mine]\ntarget = "qcoder15"\ndraft = "qcoder05"\n')
+    capsys.readouterr()
+
+    assert run_cli("remove", "qcoder05") == 1
+    assert capsys.readouterr().err == (
+        f"error: local model 'qcoder05' is used by pair 'mine' in {user}; remove or change the pair there first\n"
+    )
+    assert "qcoder05" in cat.local_models()
+    assert run_cli("list") == 0  # the catalog still loads
+
+    # Once the pair is gone, the model can go.
+    user.write_text("", encoding="utf-8")
+    assert run_cli("remove", "qcoder05") == 0
+    assert "qcoder05" not in cat.local_models()
+
+
+def test_a_pair_may_name_models_before_they_are_added(qwen_pair):
+    target, draft = qwen_pair
+    write_catalog(cat.user_catalog_path(), '[pairs.mine]\ntarget = "qcoder15"\ndraft = "qcoder05"\n')
+    with pytest.raises(cat.CatalogError, match="register it with `specchat models add PATH --name NAME`"):
+        cat.load_catalog()
+
+    # The advice can be followed, from the command line or the app's Add button: adding needs no complete pair.
+    assert run_cli("add", str(target), "--name", "qcoder15") == 0
+    cat.add_local_model(draft, "qcoder05")
+    assert cat.resolve_pair("mine") == (target.resolve(), draft.resolve())
+    # A catalog name is still refused while a pair is incomplete.
+    cat.user_catalog_path().write_text('[pairs.mine]\ntarget = "qcoder15"\ndraft = "gone"\n', encoding="utf-8")
+    with pytest.raises(SpecchatError, match="already a catalog name"):
+        cat.add_local_model(draft, "qwen2.5-1.5b")
+
+
+def test_a_path_that_is_not_utf8_is_refused_before_anything_is_written(tmp_path: Path, smollm: Path, capsys):
+    odd = tmp_path / os.fsdecode(b"x\xff.gguf")  # Python holds the bad byte as a lone surrogate
+    shutil.copy(smollm, odd)
+
+    assert run_cli("add", str(odd), "--name", "oddname") == 1
+    assert capsys.readouterr().err == (
+        f"error: the path {tmp_path}/x\\xff.gguf is not valid UTF-8; rename the file, then add it again\n"
+    )
+    assert not cat.local_models_path().exists()
+    assert run_cli("list") == 0
+
+
+BAD_LOCAL_MODELS = {
+    "models not a table": ("models = 3\n", "is not valid: 'models' must be a table"),
+    "not toml": ("[models.a\n", "is not valid TOML"),
+    "no path": ("[models.a]\npath = 3\n", "local model 'a' needs a 'path' string"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_LOCAL_MODELS))
+def test_a_broken_local_models_file_is_one_line_and_never_overwritten(case: str, smollm: Path, capsys):
+    text, expected = BAD_LOCAL_MODELS[case]
+    path = write_catalog(cat.local_models_path(), text)
+
+    assert run_cli("add", str(smollm), "--name", "smol") == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}") and expected in err and err.count("\n") == 1, err
+    assert path.read_text(encoding="utf-8") == text
+
+
+def test_a_data_folder_that_cannot_be_made_is_one_line(smollm: Path, capsys, monkeypatch, tmp_path: Path):
+    home = tmp_path / "home-is-a-file"
+    home.write_text("")
+    monkeypatch.setenv("SPECCHAT_HOME", str(home))
+    assert run_cli("add", str(smollm), "--name", "smol") == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write ") and err.count("\n") == 1, err

@@ -334,6 +334,18 @@ def test_pair_download_reports_overall_progress_and_installs_the_pair(
     assert {e.file_name for e in events} == {smollm.name}
 
 
+def test_a_models_folder_that_cannot_be_made_stops_before_downloading(
+    fake_hub: FakeHub, hub_catalog, smollm, monkeypatch, tmp_path
+):
+    fake_hub.add(REPO, smollm)
+    home = tmp_path / "home-is-a-file"
+    home.write_text("")
+    monkeypatch.setenv("SPECCHAT_HOME", str(home))
+    with pytest.raises(dl.DownloadError, match="cannot make the folder .*home-is-a-file"):
+        dl.download_model("smol", endpoint=fake_hub.url)
+    assert fake_hub.cdn_gets() == []
+
+
 def test_cli_errors_are_one_line_without_traceback(fake_hub: FakeHub, hub_catalog, monkeypatch, capsys):
     monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
     assert run_cli("download", "private") == 1

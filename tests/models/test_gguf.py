@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import ctypes
+import struct
+import sys
 from pathlib import Path
 
 import pytest
+from gguf import GGUFWriter
 
 from specchat.errors import NotGGUFError
 from specchat.models import gguf
+
+from .support import run_cli
 
 
 def test_tensor_type_sizes_are_ggmls():
@@ -38,3 +43,43 @@ def test_a_file_cut_anywhere_in_its_tensor_data_is_refused(tiny_model: Path, tmp
         with pytest.raises(NotGGUFError, match=f"cut short: its tensors need {len(whole)} bytes but it has {keep};"):
             gguf.check_complete(cut)
         assert gguf.read_metadata(cut) == gguf.read_metadata(tiny_model)  # the header alone reads well
+
+
+def _gguf_bytes(kv: bytes, n_kv: int = 1) -> bytes:
+    """A GGUF v3 header with no tensors and the given key/value bytes."""
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, n_kv) + kv
+
+
+def _string(text: str) -> bytes:
+    return struct.pack("<Q", len(text)) + text.encode()
+
+
+def test_arrays_nested_past_pythons_recursion_limit_are_a_corrupt_header(tmp_path: Path, capsys):
+    depth = sys.getrecursionlimit() * 2
+    nested = struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * depth + struct.pack("<IQ", 4, 0)
+    crafted = tmp_path / "nested.gguf"
+    crafted.write_bytes(_gguf_bytes(_string("x") + nested))
+
+    with pytest.raises(NotGGUFError, match="corrupt GGUF header"):
+        gguf.read_metadata(crafted)
+    assert run_cli("add", str(crafted)) == 1
+    assert capsys.readouterr().err == f"error: {crafted}: corrupt GGUF header (an array of arrays)\n"
+
+
+@pytest.mark.parametrize("value", ["one", 1.5])
+def test_a_token_id_that_is_not_a_whole_number_is_a_corrupt_header(tmp_path: Path, value, capsys):
+    crafted = tmp_path / "bad-id.gguf"
+    writer = GGUFWriter(crafted, "llama")
+    writer.add_token_list(["<s>", "</s>", "a"])
+    add = writer.add_string if isinstance(value, str) else writer.add_float32
+    add("tokenizer.ggml.bos_token_id", value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+
+    with pytest.raises(NotGGUFError, match="corrupt GGUF header"):
+        gguf.model_info(crafted)
+    assert run_cli("check", str(crafted), str(crafted)) == 1
+    assert capsys.readouterr().err == (
+        f"error: {crafted}: corrupt GGUF header (tokenizer.ggml.bos_token_id is {value!r}, not a whole number)\n"
+    )

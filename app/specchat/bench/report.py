@@ -209,11 +209,14 @@ def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
 
 def render_markdown(report: dict, plot_files: Sequence[str]) -> str:
     machine, settings = report["machine"], report["settings"]
+    interrupted = report.get("interrupted")
+    partial = [f"**Partial:** {interrupted}; the results cover those runs only.", ""] if interrupted else []
     lines = [
         "# specchat benchmark",
         "",
         f"{report['started']} · specchat {report['version']} · `{report['command']}`",
         "",
+        *partial,
         "## Machine",
         "",
         f"- CPU: {machine['cpu']} ({machine['cores']} cores; {machine['threads']} threads used, "
@@ -380,7 +383,8 @@ def write_plots(summary: Sequence[dict], out: Path) -> list[str]:
 
 def write_report(report: dict, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    plot_files = write_plots(report["summary"], out)
+    # The raw runs first: should the disk fill, they outlast the charts, which can be drawn again from them.
     (out / "report.json").write_text(json.dumps(report, indent=1))
+    plot_files = write_plots(report["summary"], out)
     (out / "report.md").write_text(render_markdown(report, plot_files))
     return [out / "report.json", out / "report.md", *(out / name for name in plot_files)]

@@ -7,12 +7,14 @@ timing, and hand the records to bench_report for the medians, the fitted cost mo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
 import platform
 import shlex
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 from specchat import __version__
 from specchat.bench.report import build_report, config_label, write_report
 from specchat.engine import FIXED_K_MODES
+from specchat.engine.calibration import K_LONG
 from specchat.errors import SpecchatError
 
 if TYPE_CHECKING:
@@ -47,13 +50,26 @@ def builtin_suite_path() -> Path:
     return _REPO_SUITE
 
 
+def _suite_text(path: Path) -> str:
+    if path.is_dir():
+        raise SpecchatError(f"suite {path} is a folder, not a file; give a .jsonl suite file")
+    if not path.is_file():
+        raise SpecchatError(f"suite file {path} does not exist")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecchatError(
+            f"suite file {path} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8"
+        ) from None
+    except OSError as e:
+        raise SpecchatError(f"cannot read suite file {path} ({e.strerror or e})") from None
+
+
 def load_suite(spec: str, categories: Sequence[str] | None = None) -> list[SuiteItem]:
     """Lines of {"id", "category", "prompt"} or {"id", "category", "messages"}; a prompt becomes one user turn."""
     path = builtin_suite_path() if spec == BUILTIN else Path(spec)
-    if not path.is_file():
-        raise SpecchatError(f"suite file {path} does not exist")
     items = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(_suite_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -87,8 +103,10 @@ def benchmark(
     make_settings: Callable[[str, int, int], GenerationSettings],
     repeats: int,
     progress: Callable[[str], None],
+    records: list[dict],
 ) -> list[dict]:
-    """Every item through every config, `repeats` times; one record per generation.
+    """Every item through every config, `repeats` times; one record per generation, appended to `records` as
+    it finishes, so that the runs done before a Ctrl-C are the caller's to report.
 
     make_settings(mode, k, repeat) gives each generation's settings (the repeat varies the sampling seed).
 
@@ -99,7 +117,6 @@ def benchmark(
     for _ in engine.chat(items[0].messages, make_settings(warm_mode, warm_k, 0)):
         pass
     total, done, started = repeats * len(items) * len(configs), 0, time.perf_counter()
-    records = []
     for repeat in range(repeats):
         order = list(configs) if repeat % 2 == 0 else list(reversed(configs))
         for item in items:
@@ -201,7 +218,12 @@ def register(subparsers) -> None:
 
 
 def check_out(out: Path) -> None:
-    """Refuse a report folder that could not take the report, before the benchmark runs (and its results are lost)."""
+    """Refuse a report folder that could not take the report, before the benchmark runs (and its results are lost).
+
+    Only making the folder and writing a file in it is a sure test: os.access says yes to root, in /proc too,
+    and knows nothing of read-only or full disks. What the test made it takes away, so that a run which fails
+    before its report (a model that will not load) leaves nothing behind.
+    """
     if out.exists() and not out.is_dir():
         raise SpecchatError(f"--out {out} is a file; give a folder for the report")
     if out.is_dir() and any(out.iterdir()):
@@ -209,8 +231,77 @@ def check_out(out: Path) -> None:
     existing = next(folder for folder in (out.absolute(), *out.absolute().parents) if folder.exists())
     if not existing.is_dir():
         raise SpecchatError(f"--out {out}: {existing} is a file, so no folder can be made in it")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise SpecchatError(f"--out {out}: {existing} is not writable; give a folder you can write in")
+    made = [folder for folder in (out.absolute(), *out.absolute().parents) if not folder.exists()]
+    probe = out / "report.json"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.write_text("{}")
+    except OSError as e:
+        raise SpecchatError(
+            f"--out {out}: cannot make the report folder or write in it ({e.strerror or e}); "
+            "give a folder you can write in"
+        ) from None
+    finally:
+        with contextlib.suppress(OSError):  # what cannot be taken away stays: the check's verdict is what matters
+            probe.unlink(missing_ok=True)
+            for folder in made:  # the deepest first
+                folder.rmdir()
+
+
+def keep_elsewhere(report: dict) -> str:
+    """report.json where the system keeps temporary files, else on standard output: where the results went."""
+    try:
+        handle, name = tempfile.mkstemp(prefix="specchat-bench-", suffix=".json")
+        with os.fdopen(handle, "w") as file:
+            json.dump(report, file, indent=1)
+        return name
+    except OSError:
+        print(json.dumps(report), flush=True)
+        return "report.json printed on standard output"
+
+
+def save_report(report: dict, out: Path) -> list[Path]:
+    """write_report; if the folder fails it at the end (a full disk, a folder taken away), one line that says so
+    and where the results were kept instead, as a whole benchmark's wait is in them."""
+    try:
+        return write_report(report, out)
+    except OSError as e:
+        kept = keep_elsewhere(report)
+        raise SpecchatError(
+            f"could not write the report in {out} ({e.strerror or e}); the results are in {kept}"
+        ) from None
+
+
+def run_meta(args: argparse.Namespace, engine: Engine, items: Sequence[SuiteItem], started: dt.datetime) -> dict:
+    """What the report says of the run besides its timings: all known before the first timed generation."""
+    return {
+        "auto_calibration": asdict(engine.calibration()) if "auto" in args.modes else None,
+        "version": __version__,
+        "started": started.isoformat(timespec="seconds"),
+        "command": shlex.join(["specchat", *sys.argv[1:]]),
+        "machine": machine_info(engine),
+        "models": {"target": model_info(engine.target)} | ({"draft": model_info(engine.draft)} if engine.draft else {}),
+        "draft_note": engine.draft_note,
+        "settings": {
+            "suite": args.suite,
+            "prompts": len(items),
+            "categories": list(dict.fromkeys(item.category for item in items)),
+            "modes": args.modes,
+            "k": args.k,
+            "temperature": args.temperature,
+            "max_tokens": args.max_tokens,
+            "repeats": args.repeats,
+            "seed": args.seed,
+        },
+    }
+
+
+def print_summary(report: dict) -> None:
+    for row in report["summary"]:
+        if row["category"] == "all":
+            speedup = "" if row["speedup"] is None else f", {row['speedup']:.2f}x plain"
+            predicted = "" if row["predicted_speedup"] is None else f" (model: {row['predicted_speedup']:.2f}x)"
+            print(f"{config_label(row['mode'], row['k'])}: {row['tokens_per_s']:.2f} tok/s{speedup}{predicted}")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -220,8 +311,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     unknown = [mode for mode in args.modes if mode not in MODES]
     if unknown or not args.modes:
         raise SpecchatError(f"unknown mode(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(MODES)}")
-    if not args.k or min(args.k) < 1:
-        raise SpecchatError("--k takes draft lengths of 1 or more")
+    if not args.k or min(args.k) < 1 or max(args.k) > K_LONG:
+        raise SpecchatError(f"--k takes draft lengths from 1 to {K_LONG}")
     if args.repeats < 1 or args.max_tokens < 1:
         raise SpecchatError("--repeats and --max-tokens must be at least 1")
     items = load_suite(args.suite, args.categories)
@@ -239,42 +330,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
     check_out(out)
 
     engine = load_engine(args, target, draft)
+    records: list[dict] = []
     try:
         # Fail before any timing (e.g. speculative without a draft model); auto calibrates here, untimed.
         for mode in args.modes:
             engine.drafter(mode)
-
+        meta = run_meta(args, engine, items, started)
+        total = len(items) * len(configs) * args.repeats
         print_progress(f"{len(items)} prompts x {len(configs)} configs x {args.repeats} repeats; warming up")
-        records = benchmark(engine, items, configs, make_settings, args.repeats, print_progress)
-        meta = {
-            "auto_calibration": asdict(engine.calibration()) if "auto" in args.modes else None,
-            "version": __version__,
-            "started": started.isoformat(timespec="seconds"),
-            "command": shlex.join(["specchat", *sys.argv[1:]]),
-            "machine": machine_info(engine),
-            "models": {"target": model_info(engine.target)}
-            | ({"draft": model_info(engine.draft)} if engine.draft else {}),
-            "draft_note": engine.draft_note,
-            "settings": {
-                "suite": args.suite,
-                "prompts": len(items),
-                "categories": list(dict.fromkeys(item.category for item in items)),
-                "modes": args.modes,
-                "k": args.k,
-                "temperature": args.temperature,
-                "max_tokens": args.max_tokens,
-                "repeats": args.repeats,
-                "seed": args.seed,
-            },
-        }
+        try:
+            benchmark(engine, items, configs, make_settings, args.repeats, print_progress, records)
+        except KeyboardInterrupt:
+            if not records:
+                raise
+            # The runs done are what the user waited for: report them, marked as a part of the run.
+            meta["interrupted"] = f"stopped by Ctrl-C after {len(records)} of {total} runs"
+            print_progress(f"interrupted after {len(records)} of {total} runs; writing the report of those")
     finally:
         engine.close()
     report = build_report(meta, records)
-    files = write_report(report, out)
-    for row in report["summary"]:
-        if row["category"] == "all":
-            speedup = "" if row["speedup"] is None else f", {row['speedup']:.2f}x plain"
-            predicted = "" if row["predicted_speedup"] is None else f" (model: {row['predicted_speedup']:.2f}x)"
-            print(f"{config_label(row['mode'], row['k'])}: {row['tokens_per_s']:.2f} tok/s{speedup}{predicted}")
+    print_summary(report)
+    files = save_report(report, out)
     print("wrote " + ", ".join(str(f) for f in files))
-    return 0
+    return 130 if "interrupted" in meta else 0

@@ -76,8 +76,8 @@ def _handler(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Name
     return run
 
 
-def _catalog(args: argparse.Namespace) -> cat.Catalog:
-    return cat.load_catalog(getattr(args, "catalog", None))
+def _catalog(args: argparse.Namespace, check_members: bool = True) -> cat.Catalog:
+    return cat.load_catalog(getattr(args, "catalog", None), check_members=check_members)
 
 
 # ------------------------------------------------------------------------------------------------ list
@@ -299,7 +299,8 @@ def _remove(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
-    name, path = cat.add_local_model(args.path, args.name, _catalog(args))
+    # A pair may name this model already: adding it is how the catalog becomes whole again.
+    name, path = cat.add_local_model(args.path, args.name, _catalog(args, check_members=False))
     info = model_info(path)
     print(f"added {name}: {path} ({info.architecture}, {info.n_vocab} tokens)")
     return 0

@@ -162,8 +162,11 @@ def load_or_measure(
         cal = None
     named = replace(cal or measure(target, draft, on_progress=on_progress), files=files, machine=cpu_name())
     if path is not None and named != cal:  # new, or kept by a version that did not name its pair
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(named.to_json())
+        # A cache folder that cannot take it (a file in its place, a full disk) costs the next load a measurement,
+        # not this one its answer.
+        with suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(named.to_json())
     return named
 
 

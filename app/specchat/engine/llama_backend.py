@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import signal
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -65,6 +66,24 @@ def _errors_held() -> Iterator[list[str]]:
         del _held.lines
 
 
+@contextmanager
+def _interrupt_after() -> Iterator[None]:
+    """Ctrl+C during a long llama.cpp call on the main thread (a load, a quantization), raised once the call returns.
+    llama.cpp logs through _log_errors_only meanwhile, and a KeyboardInterrupt raised in that callback is printed and
+    dropped by ctypes: the command would go on as if nothing was asked. Other threads never see the signal."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    asked: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, _frame: asked.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+    if asked:
+        raise KeyboardInterrupt
+
+
 def system_info() -> str:
     """llama.cpp's build features (AVX2, AVX512, CUDA, ...): part of what a timing depends on."""
     return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip()
@@ -96,7 +115,9 @@ def quantize_q4_0(source: Path, dest: Path, n_threads: int) -> bool:
     params.output_tensor_type = llama_cpp.GGML_TYPE_Q4_0
     params.allow_requantize = True
     params.pure = True  # no per-tensor mix: the point is kernels the CPU runs fast, everywhere
-    return llama_cpp.llama_model_quantize(str(source).encode(), str(dest).encode(), ctypes.byref(params)) == 0
+    # Its errors held: the caller says in one line what failing means (the draft is used as it is).
+    with _errors_held(), _interrupt_after():
+        return llama_cpp.llama_model_quantize(str(source).encode(), str(dest).encode(), ctypes.byref(params)) == 0
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -198,7 +219,7 @@ class LlamaModel:
         )
         model = None
         mapped = private_mappings() if config.huge_pages else set()
-        with _errors_held() as errors:
+        with _errors_held() as errors, _interrupt_after():
             try:
                 # verbose=True: no suppress_stdout_stderr around the load (the log callback above keeps it quiet).
                 model = _Model(path_model=str(self.path), params=model_params, verbose=True)
@@ -303,16 +324,23 @@ class LlamaModel:
             raise ValueError("decode needs at least one token")
         self.check_room(self.n_past + len(tokens))
         step = self.n_batch
+        chunks = []  # each chunk's rows, where there are several: llama.cpp keeps only the latest batch's
         for start in range(0, len(tokens), step):
             chunk = tokens[start : start + step]
             self._batch.set_batch(chunk, n_past=self.n_past, logits_all=all_logits)
             self._ctx.decode(self._batch)
             self.tokens.extend(chunk)
             self.n_decoded += len(chunk)
-        rows = len(chunk) if all_logits else 1
-        ptr = llama_cpp.llama_get_logits(self._ctx.ctx)
-        logits = np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
+            if all_logits and len(tokens) > step:
+                chunks.append(self._logits(len(chunk)).copy())
+        if chunks:
+            return np.concatenate(chunks)
+        logits = self._logits(len(tokens) if all_logits else 1)
         return logits.copy() if copy else logits
+
+    def _logits(self, rows: int) -> np.ndarray:
+        """The latest batch's last `rows` logits rows, as a view of llama.cpp's buffer."""
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx.ctx), shape=(rows, self.n_vocab))
 
     def rollback(self, n_keep: int) -> None:
         """Forget every cached position from n_keep on."""

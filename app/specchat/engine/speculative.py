@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
-from specchat.engine.calibration import Calibration, file_id, load_or_measure
+from specchat.engine.calibration import K_LONG, Calibration, file_id, load_or_measure
 from specchat.engine.draft_copy import choose_draft
 from specchat.engine.drafters import Drafter, EarlierAnswers, LookupDrafter, ModelDrafter
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
@@ -28,6 +28,7 @@ from specchat.engine.text import TextStream, check_messages, check_text
 from specchat.engine.verify import verify, verify_greedy
 from specchat.errors import IncompatibleModelsError, InvalidInputError, SpecchatError
 from specchat.models.compat import check_pair
+from specchat.models.gguf import model_info
 
 MODES = ("auto", "speculative", "lookup", "plain")
 # Modes that draft the asked k every step; auto picks its own length (up to its policy's k_long), plain none.
@@ -47,7 +48,8 @@ class GenerationSettings:
     def __post_init__(self) -> None:
         check_range("max_tokens", self.max_tokens, 1, whole=True)
         if self.mode in FIXED_K_MODES:
-            check_range(f"k (the draft length of {self.mode} mode)", self.k, 1, whole=True)
+            # Auto drafts up to K_LONG too: a longer draft costs a batch that no CPU's calibration found to pay.
+            check_range(f"k (the draft length of {self.mode} mode)", self.k, 1, K_LONG, whole=True)
         if self.seed is not None and self.seed != RANDOM_SEED:
             if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
                 # numpy seeds with any whole number from 0 up.
@@ -117,6 +119,14 @@ class Engine:
         where the answers auto mode copies from in other requests are kept for the next process (None: this process
         only; they are what was said, so keeping them is the user's choice)."""
         note = None
+        # Before any weights load: a context past the target's training is answered worse, and a huge one asks
+        # llama.cpp for memory the machine lacks (the kernel then kills the process).
+        trained = model_info(target_path).context_length
+        if isinstance(trained, int) and 0 < trained < config.n_ctx:
+            raise InvalidInputError(
+                f"a context of {config.n_ctx} tokens is more than {Path(target_path).name} was trained for: "
+                f"{trained} at most"
+            )
         draft_file = Path(draft_path) if draft_path is not None else None
         if draft_file is not None:
             compat = check_pair(target_path, draft_path)  # headers only: refuse before loading weights

@@ -123,6 +123,7 @@ class Pair:
     context_length: int
     draft_length: int
     license: str
+    source: str  # the catalog file that defines it
 
 
 @dataclass(frozen=True)
@@ -184,11 +185,12 @@ def _read_file(path: Path) -> tuple[str, str]:
         raise CatalogError(f"cannot read catalog file {path} ({e}); check the file") from None
 
 
-def load_catalog(path: str | Path | None = None, shipped_only: bool = False) -> Catalog:
+def load_catalog(path: str | Path | None = None, shipped_only: bool = False, *, check_members: bool = True) -> Catalog:
     """The catalog in effect.
 
     `path` (or SPECCHAT_CATALOG) replaces the shipped catalog and the user's; otherwise the user catalog in the config
-    folder is laid over the shipped one, entry by entry. shipped_only: the shipped catalog alone.
+    folder is laid over the shipped one, entry by entry. shipped_only: the shipped catalog alone. check_members=False
+    lets a pair name a model that is not registered (yet): for `specchat models add`, which is how one registers it.
     """
     replacement = path or os.environ.get("SPECCHAT_CATALOG")
     if replacement and not shipped_only:
@@ -210,8 +212,8 @@ def load_catalog(path: str | Path | None = None, shipped_only: bool = False) -> 
             default = (where, data["default_pair"])
 
     models = {name: _model(name, where, entry) for name, (where, entry) in raw_models.items()}
-    local = local_models()
-    pairs = {name: _pair(name, where, entry, models, local) for name, (where, entry) in raw_pairs.items()}
+    known = set(models) | set(local_models()) if check_members else None
+    pairs = {name: _pair(name, where, entry, known) for name, (where, entry) in raw_pairs.items()}
     sources = tuple(where for where, _ in layers)
     if default is None:
         raise CatalogError(f'{sources[-1]}: no default_pair is set; add default_pair = "NAME" naming a pair')
@@ -298,12 +300,13 @@ def _model(name: str, where: str, entry: Any) -> ModelSource:
     )
 
 
-def _pair(name: str, where: str, entry: Any, models: dict[str, ModelSource], local: dict[str, Path]) -> Pair:
+def _pair(name: str, where: str, entry: Any, known: set[str] | None) -> Pair:
+    """known: the catalog and local model names a pair may use; None: any name."""
     _check_keys("pair", name, where, entry, _PAIR_KEYS)
     target = _required("pair", name, where, entry, "target")
     draft = _required("pair", name, where, entry, "draft")
     for role, model in (("target", target), ("draft", draft)):
-        if model not in models and model not in local:
+        if known is not None and model not in known:
             raise CatalogError(
                 f"{where}: pair {name!r} names {role} model {model!r}, which is neither a catalog model nor a local"
                 " model; add it under [models] or register it with `specchat models add PATH --name NAME`"
@@ -316,6 +319,7 @@ def _pair(name: str, where: str, entry: Any, models: dict[str, ModelSource], loc
         context_length=_positive_int("pair", name, where, entry, "context_length", DEFAULT_CONTEXT_LENGTH),
         draft_length=_positive_int("pair", name, where, entry, "draft_length", DEFAULT_DRAFT_LENGTH),
         license=_string("pair", name, where, entry, "license", "") or "",
+        source=where,
     )
 
 
@@ -333,8 +337,13 @@ def local_models() -> dict[str, Path]:
     except tomllib.TOMLDecodeError as e:
         raise CatalogError(f"{where} is not valid TOML ({e}); fix it or delete it and add the models again") from None
     entries = data.get("models", {})
+    if not isinstance(entries, dict):
+        raise CatalogError(
+            f"{where} is not valid: 'models' must be a table of [models.NAME] entries;"
+            " fix it or delete it and add the models again"
+        )
     out: dict[str, Path] = {}
-    for name, entry in entries.items() if isinstance(entries, dict) else ():
+    for name, entry in entries.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
             raise CatalogError(f"{where}: local model {name!r} needs a 'path' string; fix it or delete the entry")
         out[name] = Path(entry["path"])
@@ -347,10 +356,13 @@ def _write_local_models(entries: dict[str, Path]) -> None:
     for name, path in sorted(entries.items()):
         lines += [f"[models.{json.dumps(name)}]", f"path = {json.dumps(str(path))}", ""]
     target = local_models_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text("\n".join(lines), encoding="utf-8")
-    os.replace(tmp, target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text("\n".join(lines), encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError as e:  # a file where the folder should be, a read-only or full disk
+        raise CatalogError(f"cannot write {target} ({e.strerror or e}); check the folder {target.parent}") from None
 
 
 def _default_local_name(path: Path) -> str:
@@ -358,14 +370,28 @@ def _default_local_name(path: Path) -> str:
     return name or "local-model"
 
 
+def _check_utf8(path: Path) -> None:
+    """local_models.toml holds paths as TOML strings, which must be UTF-8: a file name that is not (Python holds its
+    bad bytes as lone surrogates) would make the file unreadable, and every models command with it."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise SpecchatError(f"the path {shown} is not valid UTF-8; rename the file, then add it again") from None
+
+
 def add_local_model(path: str | Path, name: str | None = None, catalog: Catalog | None = None) -> tuple[str, Path]:
-    """Register a GGUF file under a name (default: its file name without .gguf). The file is not copied."""
+    """Register a GGUF file under a name (default: its file name without .gguf). The file is not copied.
+
+    Without a catalog, pairs naming models not registered yet are no obstacle: this is how they get registered.
+    """
     file = Path(path).expanduser().resolve()
+    _check_utf8(file)
     check_complete(file)
     name = name or _default_local_name(file)
     if not _NAME.match(name):
         raise SpecchatError(f"model name {name!r} may hold only letters, digits, '.', '_' and '-'; choose another")
-    catalog = catalog or load_catalog()
+    catalog = catalog or load_catalog(check_members=False)
     if name in catalog.models or name in catalog.pairs:
         raise SpecchatError(f"{name!r} is already a catalog name; choose another with --name")
     entries = local_models()
@@ -376,12 +402,24 @@ def add_local_model(path: str | Path, name: str | None = None, catalog: Catalog 
     return name, file
 
 
-def remove_local_model(name: str) -> Path | None:
-    """Forget a local model; returns its path (the file itself is left alone), or None if no such name."""
+def remove_local_model(name: str, catalog: Catalog | None = None) -> Path | None:
+    """Forget a local model; returns its path (the file itself is left alone), or None if no such name.
+
+    Refused while a pair uses it: without it, that pair would make the catalog, and so every command, unusable.
+    """
     entries = local_models()
-    path = entries.pop(name, None)
-    if path is not None:
-        _write_local_models(entries)
+    if name not in entries:
+        return None
+    catalog = catalog or load_catalog()
+    users = [p for p in catalog.pairs.values() if name in (p.target, p.draft) and name not in catalog.models]
+    if users:
+        pairs = ", ".join(repr(p.name) for p in users)
+        files = ", ".join(dict.fromkeys(p.source for p in users))
+        raise SpecchatError(
+            f"local model {name!r} is used by pair {pairs} in {files}; remove or change the pair there first"
+        )
+    path = entries.pop(name)
+    _write_local_models(entries)
     return path
 
 

@@ -272,7 +272,10 @@ def download_file(
     if _offline():
         raise HubUnreachableError(_offline_message(filename))
     endpoint = _endpoint(endpoint)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file where the models folder should be, a read-only disk
+        raise DownloadError(f"cannot make the folder {dest.parent} ({e.strerror or e}); check it") from None
     try:
         with FileLock(_lock_path(dest), timeout=0):
             return _download_locked(repo, filename, dest, revision, sha256, size, token, endpoint, progress, cancel)
@@ -495,7 +498,7 @@ def remove(name: str, catalog: Catalog | None = None) -> Removal:
         return Removal(deleted, kept, [])
     if name in catalog.models:
         return Removal(_delete_model_files(catalog.models[name]), {}, [])
-    path = remove_local_model(name)
+    path = remove_local_model(name, catalog)
     if path is not None:
         return Removal([], {}, [(name, path)])
     raise UnknownNameError(f"unknown pair or model {name!r}: run `specchat models list` to see the names")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import mmap
+import reprlib
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,6 +66,10 @@ class _Reader:
                 return list(struct.unpack(f"<{count}{fmt[1]}", raw))
             if count > len(self.buf):
                 raise NotGGUFError(f"{self.path}: truncated or corrupt GGUF header (array of {count} items)")
+            if item_type == _ARRAY:
+                # ggml reads no arrays of arrays either, and following them down would let a crafted file nest
+                # deeper than Python's recursion limit.
+                raise NotGGUFError(f"{self.path}: corrupt GGUF header (an array of arrays)")
             return [self.value(item_type) for _ in range(count)]
         raise NotGGUFError(f"{self.path}: corrupt GGUF header (unknown value type {vtype})")
 
@@ -158,8 +163,8 @@ def model_info(path: str | Path) -> ModelInfo:
     if not isinstance(tokens, list):
         raise NotGGUFError(f"{path}: GGUF file has no tokenizer vocabulary")
     special = {
-        key.removeprefix("tokenizer.ggml.").removesuffix("_token_id"): int(value)
-        for key, value in meta.items()
+        key.removeprefix("tokenizer.ggml.").removesuffix("_token_id"): _whole(meta, key, path)
+        for key in meta
         if key.startswith("tokenizer.ggml.") and key.endswith("_token_id")
     }
     return ModelInfo(
@@ -169,6 +174,15 @@ def model_info(path: str | Path) -> ModelInfo:
         tokens=tokens,
         special=special,
         chat_template=meta.get("tokenizer.chat_template"),
-        context_length=meta.get(f"{arch}.context_length"),
-        file_type=meta.get("general.file_type"),
+        context_length=_whole(meta, f"{arch}.context_length", path),
+        file_type=_whole(meta, "general.file_type", path),
     )
+
+
+def _whole(meta: dict[str, Any], key: str, path: str | Path) -> int | None:
+    """An integer value, or None when the key is absent. The header is untrusted: any other type is a corrupt file,
+    as llama.cpp, which reads these keys as integers, would find too."""
+    value = meta.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise NotGGUFError(f"{path}: corrupt GGUF header ({key} is {reprlib.repr(value)}, not a whole number)")
+    return value
