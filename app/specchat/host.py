@@ -38,6 +38,8 @@ class EngineHost:
         self._started = 0.0
         self._guard = threading.Lock()  # guards engine and _status
         self._line: list[object] = []  # chat requests in arrival order; the first one holds the turn
+        # Set as the process shuts down: answers under way end at their next token and say why (api/generation.py).
+        self.closing = threading.Event()
         self._line_changed = threading.Condition()
 
     def status(self) -> HostStatus:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -344,3 +345,18 @@ def test_serve_starts_with_the_models_given_whatever_the_user_catalog_holds(tmp_
         body = json.dumps({**COUNT_ON, "max_tokens": 4, "speculative": {"mode": "plain"}}).encode()
         status, answer = raw(server, "/v1/completions", body, key=None)
         assert status == 200 and answer["usage"]["completion_tokens"] == 4
+
+
+def test_ctrl_c_ends_an_answer_under_way_with_an_error_that_says_so(tmp_path, tiny_model):
+    args = ["--target", str(tiny_model), "--threads", "1", "--n-ctx", "2048"]
+    for server in serving(tmp_path, ["serve"], args, {"HF_HUB_OFFLINE": "1"}, ready="/health"):
+        client = OpenAI(base_url=server.url + "v1", api_key="none", max_retries=0, timeout=120)
+        chunks = iter(client.completions.create(**{**COUNT_ON, "stream": True}))
+        assert next(chunks).choices  # it streams; 1500 tokens would take far longer than the shutdown's grace
+        server.proc.send_signal(signal.SIGINT)
+        with pytest.raises(openai.APIError, match=r"the server is shutting down: the answer stopped after \d+ tokens"):
+            for _ in chunks:
+                pass
+        assert server.proc.wait(60) == 130
+        log = server.log.read_text()
+        assert "Traceback" not in log and "CancelledError" not in log and "Cancel 1 running task" not in log, log

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 
+from specchat.api.params import ApiError
 from specchat.engine import Engine, Stats, TokenEvent
 from specchat.host import EngineHost, Turn
 from specchat.logs import LOGGER
@@ -28,12 +29,22 @@ class ClientGone(Exception):
     """The client disconnected before its answer was sent."""
 
 
+def _shutting_down(tokens: int) -> ApiError:
+    return ApiError(
+        f"the server is shutting down: the answer stopped after {tokens} tokens",
+        code="server_shutting_down",
+        status=503,
+        type="server_error",
+    )
+
+
 class Generation:
     """Joins the host's line now (arrival order), then waits and generates on a thread of its own, so that the event
     loop never waits on the engine; each token event reaches the loop as it comes.
 
     stop(), for a client that went away, ends the generation at its next token (or its wait in line) and frees the
-    engine for the next request.
+    engine for the next request. The host's `closing` (the server shutting down) ends it too, with an error that says
+    so: the client hears why its answer stopped, and the server need not cancel it.
     """
 
     def __init__(self, host: EngineHost, engine: Engine, start: Start, label: str):
@@ -47,6 +58,7 @@ class Generation:
         self.prompt_tokens = 0
         self.stats: Stats | None = None
         self.ended = False  # next() has returned the end
+        self._closing = host.closing
         turn = host.turn(engine)
         threading.Thread(target=self._run, args=(turn, start), daemon=True, name="specchat-api-answer").start()
 
@@ -60,18 +72,22 @@ class Generation:
                     if self._stop.is_set():
                         log(f"{self.label}: the client went away while waiting in line")
                         return
+                    if self._closing.is_set():
+                        raise _shutting_down(0)
                 prompt, events = start(turn.engine)
                 self.prompt_tokens = len(prompt)
                 try:
                     for event in events:
                         self.stats = event.stats
                         self._hand(event)
-                        if self._stop.is_set():
+                        if self._stop.is_set() or self._closing.is_set():
                             break
                 finally:
                     events.close()  # the engine's loop ends here, before the turn frees the engine
                 if self._stop.is_set():
                     log(f"{self.label}: the client went away; stopped after {self.stats.tokens} tokens")
+                elif self._closing.is_set() and self.stats.finish_reason == "closed":
+                    raise _shutting_down(self.stats.tokens)
         except Exception as e:  # the client hears of it, as an error status or an error event
             self._hand(e)
         finally:

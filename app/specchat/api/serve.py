@@ -10,6 +10,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
@@ -47,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         host.load(target, draft, backend_config(args))
         app = create_app(host, key)
-        run(app, sock, lambda stop: threading.Thread(target=until_loaded, args=(stop,), daemon=True).start())
+        run(app, sock, lambda stop: threading.Thread(target=until_loaded, args=(stop,), daemon=True).start(), host)
         if failed:
             raise SpecchatError(failed[0])
     finally:
@@ -84,11 +85,11 @@ def base_url(host: str, port: int) -> str:
     return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
 
 
-def run(app: FastAPI, sock: socket.socket, on_ready: Callable[[Callable[[], None]], None]) -> None:
+def run(app: FastAPI, sock: socket.socket, on_ready: Callable[[Callable[[], None]], None], host: EngineHost) -> None:
     """Serve app on sock until interrupted; on_ready runs once connections are being accepted, given a function that
-    stops the serving."""
+    stops the serving. On Ctrl+C the host's answers under way end at their next token, each saying why."""
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
-    server = uvicorn.Server(config)
+    server = _Server(config, host)
 
     async def serve() -> None:
         task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -99,3 +100,16 @@ def run(app: FastAPI, sock: socket.socket, on_ready: Callable[[Callable[[], None
         await task
 
     asyncio.run(serve())
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, telling the host first when a signal asks it to stop: an answer streaming on would be
+    cancelled once the graceful shutdown's time is up, unended, with a traceback in the log."""
+
+    def __init__(self, config: uvicorn.Config, host: EngineHost):
+        super().__init__(config)
+        self.host = host
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.host.closing.set()
+        super().handle_exit(sig, frame)

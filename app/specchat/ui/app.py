@@ -265,7 +265,7 @@ def launch(
             if not args.no_browser:
                 webbrowser.open(url)
 
-        serve.run(app, sock, ready)
+        serve.run(app, sock, ready, host)
     finally:
         sock.close()
 
