@@ -180,9 +180,19 @@ def test_bad_sampling_settings_are_refused_before_any_model_loads(tmp_path, caps
         ("--top-k", "-3", "top_k must be a whole number of at least 0, not -3"),
         ("--max-tokens", "0", "max_tokens must be a whole number of at least 1, not 0"),
         ("--seed", "-2", "seed must be -1 (random) or a whole number of at least 0, not -2"),
+        ("--system", "Be brief.", "--system is for chat prompts: add --chat, or drop --system"),
     ):
         assert main(["generate", "--target", missing, "--prompt", "hi", option, value]) == 1
         assert capsys.readouterr().err == f"error: {message}\n"
+
+
+def test_modes_that_draft_with_no_model_leave_the_draft_unloaded(tiny_model, qwen_pair):
+    # The Qwen draft cannot draft for SmolLM2: a mode that loaded it would refuse the pair.
+    args = ["--target", str(tiny_model), "--draft", str(qwen_pair[1]), "--prompt", "1, 2, 3, 1, 2, 3, 1, 2,"]
+    for mode in ("plain", "lookup"):
+        run = specchat("generate", *args, "--mode", mode, "--max-tokens", "4", "--json")
+        assert run.returncode == 0 and json.loads(run.stdout)["stats"]["tokens"] == 4, run.stderr
+    assert "cannot draft for" in one_error_line(specchat("generate", *args, "--mode", "speculative"))
 
 
 def test_seed_minus_one_samples_with_a_random_seed(tiny_model):

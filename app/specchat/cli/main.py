@@ -54,13 +54,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     # The engine checks the same before it generates; checked here too, before the models load.
     check_text(prompt, "the prompt")
     if args.system:
+        if not args.chat:  # a plain completion has no turns to put it in
+            raise SpecchatError("--system is for chat prompts: add --chat, or drop --system")
         check_text(args.system, "--system")
     sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p)
     settings = GenerationSettings(
         mode=args.mode, k=args.k, sampling=sampling, seed=args.seed, max_tokens=args.max_tokens, stop=tuple(args.stop)
     )
     target, draft = resolve_models(args)
-    draft = draft if args.mode != "plain" else None
+    draft = draft if args.mode in ("auto", "speculative") else None  # plain and lookup draft with no model
     engine = load_engine(args, target, draft, keep_answers=args.keep_answers)
     if args.mode == "auto":
         engine.calibration()  # before the answer, not in its first step; load_engine gave it print_progress
