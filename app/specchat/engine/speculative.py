@@ -119,13 +119,14 @@ class Engine:
         where the answers auto mode copies from in other requests are kept for the next process (None: this process
         only; they are what was said, so keeping them is the user's choice)."""
         note = None
-        # Before any weights load: a context past the target's training is answered worse, and a huge one asks
-        # llama.cpp for memory the machine lacks (the kernel then kills the process).
+        # Before any weights load: a huge context asks llama.cpp for memory the machine lacks (the kernel then kills
+        # the process), and one past the target's training is answered worse. The default stays allowed, as llama.cpp
+        # allows it, for models trained on less.
         trained = model_info(target_path).context_length
-        if isinstance(trained, int) and 0 < trained < config.n_ctx:
+        if isinstance(trained, int) and 0 < trained < config.n_ctx and config.n_ctx > BackendConfig.n_ctx:
             raise InvalidInputError(
                 f"a context of {config.n_ctx} tokens is more than {Path(target_path).name} was trained for: "
-                f"{trained} at most"
+                f"{max(trained, BackendConfig.n_ctx)} at most"
             )
         draft_file = Path(draft_path) if draft_path is not None else None
         if draft_file is not None:
