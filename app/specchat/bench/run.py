@@ -104,7 +104,7 @@ def benchmark(
     repeats: int,
     progress: Callable[[str], None],
     records: list[dict],
-) -> list[dict]:
+) -> None:
     """Every item through every config, `repeats` times; one record per generation, appended to `records` as
     it finishes, so that the runs done before a Ctrl-C are the caller's to report.
 
@@ -137,7 +137,6 @@ def benchmark(
                     f"{stats['tokens']} tokens, {stats['tokens_per_s']:.2f} tok/s{accept} "
                     f"(elapsed {elapsed:.0f} s, left ~{elapsed / done * (total - done):.0f} s)"
                 )
-    return records
 
 
 def machine_info(engine: Engine) -> dict:

@@ -25,7 +25,7 @@ from llama_cpp._internals import LlamaBatch, LlamaContext
 from llama_cpp._internals import LlamaModel as _Model
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from specchat.errors import ModelLoadError, PromptTooLongError, SpecchatError
+from specchat.errors import InvalidInputError, ModelLoadError, PromptTooLongError, SpecchatError
 from specchat.models.gguf import read_metadata
 
 # ggml.h's enum ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (llama-cpp-python's _logger.py
@@ -204,6 +204,7 @@ class LlamaModel:
         self.path = Path(path)
         self.config = config
         self.metadata = read_metadata(self.path)  # raises NotGGUFError with a clear message
+        self._check_context(config.n_ctx)
         # llama-cpp-python's high-level Llama has no per-position logits flags, no KV rollback by position and no
         # vocabulary queries (eog, pieces) without detokenizing, and when quiet it silences the whole process while it
         # loads: the model and its context are made here, with the settings Llama gave them but flash attention.
@@ -337,6 +338,17 @@ class LlamaModel:
             return np.concatenate(chunks)
         logits = self._logits(len(tokens) if all_logits else 1)
         return logits.copy() if copy else logits
+
+    def _check_context(self, n_ctx: int) -> None:
+        """Before any weights load: a huge context asks llama.cpp for memory the machine lacks (the kernel then kills
+        the process), and one past the model's training is answered worse. The default stays allowed, as llama.cpp
+        allows it, for models trained on less."""
+        trained = self.metadata.get(f"{self.metadata.get('general.architecture')}.context_length")
+        if isinstance(trained, int) and 0 < trained < n_ctx and n_ctx > BackendConfig.n_ctx:
+            most = max(trained, BackendConfig.n_ctx)
+            raise InvalidInputError(
+                f"a context of {n_ctx} tokens is more than {self.path.name} was trained for: {most} at most"
+            )
 
     def _logits(self, rows: int) -> np.ndarray:
         """The latest batch's last `rows` logits rows, as a view of llama.cpp's buffer."""

@@ -28,7 +28,6 @@ from specchat.engine.text import TextStream, check_messages, check_text
 from specchat.engine.verify import verify, verify_greedy
 from specchat.errors import IncompatibleModelsError, InvalidInputError, SpecchatError
 from specchat.models.compat import check_pair
-from specchat.models.gguf import model_info
 
 MODES = ("auto", "speculative", "lookup", "plain")
 # Modes that draft the asked k every step; auto picks its own length (up to its policy's k_long), plain none.
@@ -119,15 +118,6 @@ class Engine:
         where the answers auto mode copies from in other requests are kept for the next process (None: this process
         only; they are what was said, so keeping them is the user's choice)."""
         note = None
-        # Before any weights load: a huge context asks llama.cpp for memory the machine lacks (the kernel then kills
-        # the process), and one past the target's training is answered worse. The default stays allowed, as llama.cpp
-        # allows it, for models trained on less.
-        trained = model_info(target_path).context_length
-        if isinstance(trained, int) and 0 < trained < config.n_ctx and config.n_ctx > BackendConfig.n_ctx:
-            raise InvalidInputError(
-                f"a context of {config.n_ctx} tokens is more than {Path(target_path).name} was trained for: "
-                f"{max(trained, BackendConfig.n_ctx)} at most"
-            )
         draft_file = Path(draft_path) if draft_path is not None else None
         if draft_file is not None:
             compat = check_pair(target_path, draft_path)  # headers only: refuse before loading weights
