@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gguf import GGUFWriter
 
 from models.support import subprocess_env
 from specchat.bench.compare import NEAR_TIE_LOGITS
@@ -261,18 +262,23 @@ def test_files_that_are_not_models_are_refused(tmp_path, tiny_model):
         Engine.load(tmp_path)
 
 
-def cut_short(model: Path, dest: Path) -> Path:
-    """The model with its whole header and half its tensor data: what an interrupted download leaves."""
-    with open(model, "rb") as f:
-        dest.write_bytes(f.read(model.stat().st_size // 2))
+def unknown_architecture(dest: Path) -> Path:
+    """A whole GGUF file that only llama.cpp refuses: its header reads well, and llama.cpp knows no such model."""
+    writer = GGUFWriter(dest, "not-an-architecture")
+    writer.add_token_list(["<s>", "</s>", "a"])
+    writer.add_tensor("token_embd.weight", np.zeros((3, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
     return dest
 
 
-def test_a_load_that_fails_in_llama_cpp_gives_its_reason(tmp_path, tiny_model):
+def test_a_load_that_fails_in_llama_cpp_gives_its_reason(tmp_path):
     with pytest.raises(ModelLoadError) as err:
-        Engine.load(cut_short(tiny_model, tmp_path / "half.gguf"))
+        Engine.load(unknown_architecture(tmp_path / "odd.gguf"))
     # llama.cpp's own words, from its error log (which used to go to a silenced stderr, or to stderr as loose lines).
-    assert "data is not within the file bounds, model is corrupted or incomplete" in str(err.value)
+    assert "unknown model architecture: 'not-an-architecture'" in str(err.value)
     assert "\n" not in str(err.value)
 
 
@@ -316,8 +322,8 @@ print(f"error: {errors[0]}", file=sys.stderr)
 
 
 def test_a_model_loading_in_a_thread_leaves_the_other_threads_output_alone(tmp_path, tiny_model):
-    half = cut_short(tiny_model, tmp_path / "half.gguf")
-    script = [sys.executable, "-c", LOAD_WHILE_PRINTING, str(tiny_model), str(half)]
+    odd = unknown_architecture(tmp_path / "odd.gguf")
+    script = [sys.executable, "-c", LOAD_WHILE_PRINTING, str(tiny_model), str(odd)]
     run = subprocess.run(script, capture_output=True, text=True, env=subprocess_env(), timeout=300)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
@@ -326,7 +332,9 @@ def test_a_model_loading_in_a_thread_leaves_the_other_threads_output_alone(tmp_p
     assert n > 0 and lines == [f"line {i}" for i in range(n)] + [f"printed {n}"]
     # And llama.cpp printed nothing of its own: the load error is the one line the script wrote, with the reason.
     (line,) = run.stderr.splitlines()
-    assert line.startswith("error: half.gguf: llama.cpp could not load this model") and "file bounds" in line
+    assert (
+        line.startswith("error: odd.gguf: llama.cpp could not load this model") and "unknown model architecture" in line
+    )
 
 
 HUGE_PAGES_AFTER_LOAD = """

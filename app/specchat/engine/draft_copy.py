@@ -75,7 +75,8 @@ def choose_draft(
 ) -> DraftChoice:
     """The draft file or its CPU copy, whichever drafts faster here; the answer (and a kept copy) is cached."""
     key = timing_key([draft.resolve()], repr(config.threads))
-    copy = cache_dir / f"{draft.stem}.{key}.{COPY_TYPE.lower()}.gguf"
+    # The copy's bytes do not depend on the threads that make or time it: one copy serves every thread count.
+    copy = cache_dir / f"{draft.stem}.{timing_key([draft.resolve()], COPY_TYPE)}.{COPY_TYPE.lower()}.gguf"
     record = cache_dir / f"draft-choice-{key}.json"
     try:
         d = json.loads(record.read_text())

@@ -19,7 +19,7 @@ from typing import Any
 import platformdirs
 
 from specchat.errors import SpecchatError
-from specchat.models.gguf import check_complete
+from specchat.models.gguf import read_metadata
 
 APP_NAME = "specchat"
 CATALOG_FILE_NAME = "models.toml"
@@ -387,7 +387,7 @@ def add_local_model(path: str | Path, name: str | None = None, catalog: Catalog 
     """
     file = Path(path).expanduser().resolve()
     _check_utf8(file)
-    check_complete(file)
+    read_metadata(file)  # a GGUF file, whole
     name = name or _default_local_name(file)
     if not _NAME.match(name):
         raise SpecchatError(f"model name {name!r} may hold only letters, digits, '.', '_' and '-'; choose another")

@@ -75,19 +75,17 @@ class _Reader:
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:
-    """All metadata key/values of a GGUF file. Raises NotGGUFError for anything else."""
-    return _parse(Path(path), lambda r: _read_kv(r)[1])
-
-
-def check_complete(path: str | Path) -> None:
-    """Raise NotGGUFError when the file ends before its tensor data does (a download or copy cut short): its header
-    alone reads well, and llama.cpp would refuse it only when loading it."""
+    """All metadata key/values of a GGUF file. Raises NotGGUFError for anything else, and for a file that ends before
+    its tensor data does (a download or copy cut short): its header alone reads well, and llama.cpp would refuse it
+    only once its weights load, in its own words."""
     path = Path(path)
-    end, size = _parse(path, _data_end), path.stat().st_size
+    end, meta = _parse(path, _data_end)
+    size = path.stat().st_size
     if end > size:
         raise NotGGUFError(
             f"{path}: the file is cut short: its tensors need {end} bytes but it has {size}; download or copy it again"
         )
+    return meta
 
 
 def _parse(path: Path, read: Callable[[_Reader], Any]) -> Any:
@@ -115,9 +113,10 @@ def _read_kv(r: _Reader) -> tuple[int, dict[str, Any]]:
     return n_tensors, meta
 
 
-def _data_end(r: _Reader) -> int:
-    """Where the last tensor's data ends: the data section starts at the first multiple of general.alignment after
-    the tensor infos, and each info gives its tensor's offset in it (ggml's gguf.cpp reads files the same way)."""
+def _data_end(r: _Reader) -> tuple[int, dict[str, Any]]:
+    """(where the last tensor's data ends, metadata): the data section starts at the first multiple of
+    general.alignment after the tensor infos, and each info gives its tensor's offset in it (ggml's gguf.cpp reads
+    files the same way)."""
     n_tensors, meta = _read_kv(r)
     alignment = meta.get("general.alignment", _DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
@@ -135,7 +134,9 @@ def _data_end(r: _Reader) -> int:
             )
         block, size = _TYPE_SIZES[ggml_type]
         end = max(end, offset + math.prod(dims) // block * size)
-    return -(-r.pos // alignment) * alignment + end
+    if not n_tensors:
+        return r.pos, meta  # no data section to align to (a vocabulary-only file, as llama.cpp's tools write)
+    return -(-r.pos // alignment) * alignment + end, meta
 
 
 @dataclass(frozen=True)
