@@ -57,16 +57,18 @@ def test_the_choice_is_measured_once_and_kept(tiny_model, tmp_path):
         assert heard[2:] == heard[:2] and again.path.is_file()
 
 
-def test_one_copy_serves_every_thread_count(tiny_model, tmp_path):
+def test_one_copy_serves_every_thread_count(qwen_pair, tmp_path):
+    draft = qwen_pair[1]  # the catalog's Qwen draft, whose copy drafts faster on every CPU measured so far
     heard: list[str] = []
-    one = choose_draft(tiny_model, BackendConfig(n_ctx=512, n_threads=1), tmp_path, heard.append)
-    two = choose_draft(tiny_model, BackendConfig(n_ctx=512, n_threads=2), tmp_path, heard.append)
-    # Each thread count times the two for itself; a copy kept by the first is not made again (a catalog draft's
-    # copy is about 0.5 GB, and each --threads value made one).
+    first = choose_draft(draft, BackendConfig(n_ctx=512, n_threads=1), tmp_path, heard.append)
+    if not first.uses_copy:
+        pytest.skip(f"the draft's {COPY_TYPE} copy drafts no faster than the file on this CPU: none is kept to share")
+    second = choose_draft(draft, BackendConfig(n_ctx=512, n_threads=2), tmp_path, heard.append)
+    # Each thread count times the two for itself, but the copy (about 0.5 GB) is made once: each value made another.
     assert heard.count(f"Timing the draft against its {COPY_TYPE} copy (once)…") == 2
-    assert heard.count(f"Making a {COPY_TYPE} copy of the draft for this CPU (once)…") == (1 if one.uses_copy else 2)
+    assert heard.count(f"Making a {COPY_TYPE} copy of the draft for this CPU (once)…") == 1
     assert len(list(tmp_path.glob("draft-choice-*.json"))) == 2
-    assert len(list(tmp_path.glob(f"*.{COPY_TYPE.lower()}.gguf"))) == (1 if two.uses_copy else 0)
+    assert list(tmp_path.glob(f"*.{COPY_TYPE.lower()}.gguf")) == ([first.path] if second.uses_copy else [])
 
 
 def test_drafting_with_the_copy_keeps_every_token_the_targets_own(tiny_model, tmp_path):
