@@ -9,7 +9,6 @@ import math
 import mmap
 import reprlib
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,7 +78,7 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
     its tensor data does (a download or copy cut short): its header alone reads well, and llama.cpp would refuse it
     only once its weights load, in its own words."""
     path = Path(path)
-    end, meta = _parse(path, _data_end)
+    end, meta = _parse(path)
     size = path.stat().st_size
     if end > size:
         raise NotGGUFError(
@@ -88,7 +87,8 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
     return meta
 
 
-def _parse(path: Path, read: Callable[[_Reader], Any]) -> Any:
+def _parse(path: Path) -> tuple[int, dict[str, Any]]:
+    """(where the file's tensor data must end, metadata), read from its header."""
     if path.is_dir():
         raise NotGGUFError(f"{path} is a folder, not a GGUF model file; give the .gguf file itself")
     if not path.is_file():
@@ -97,7 +97,7 @@ def _parse(path: Path, read: Callable[[_Reader], Any]) -> Any:
         if f.read(4) != GGUF_MAGIC:
             raise NotGGUFError(f"{path}: not a GGUF model file (it does not start with the GGUF magic bytes)")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return read(_Reader(buf, path))
+            return _data_end(_Reader(buf, path))
 
 
 def _read_kv(r: _Reader) -> tuple[int, dict[str, Any]]:
