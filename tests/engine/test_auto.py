@@ -180,7 +180,7 @@ def test_auto_runs_by_the_policy_the_engine_is_given(tiny):
     real = tiny.calibration()
     tiny._calibration = cheap_batches(real)
     # Where the default policy drafts with the model (above), one asking a 100-fold gain and never probing does not
-    tiny.policy = replace(DEFAULT_POLICY, min_gain=100.0, model_min_gain=100.0, explore_share=0.0)
+    tiny.policy = replace(DEFAULT_POLICY, min_gain=100.0, explore_share=0.0)
     try:
         events, steps = run(tiny, STORY, max_tokens=40)
     finally:

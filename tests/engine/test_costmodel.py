@@ -539,8 +539,9 @@ def test_a_chance_repeat_yields_to_a_draft_model_that_promises_more(draft_model)
 
     prompt = list(range(10, 40))
     chance = prompt + [50, 10, 11]  # a 2-gram seen before: its next token comes back 40% of the time (the prior)
-    # A cheap draft model expected to run at 1.43x outbids it (the model drafts, or declines the step where unsure),
-    assert proposed_by(chance).startswith(("draft model, k=3: expected 1.43x", "plain: the draft model is only"))
+    # A cheap draft model expected to run at 1.62x (3 drafts at auto's prior of 0.88) outbids it (the model drafts, or
+    # declines the step where unsure),
+    assert proposed_by(chance).startswith(("draft model, k=3: expected 1.62x", "plain: the draft model is only"))
     assert proposed_by(chance, replace(DEFAULT_POLICY, lookup_yields=False)).startswith("prompt lookup (2-gram")
     # while a long match, a likely copy, keeps the step.
     assert proposed_by(prompt + prompt[:16]).startswith("prompt lookup (16-gram or longer match)")
@@ -557,15 +558,16 @@ def test_costs_measured_while_the_machine_was_busy_are_kept_plausible():
     assert drafter.r(4) == pytest.approx(1.7, rel=0.07)
 
 
-def test_the_expected_speedup_takes_the_best_draft_length_at_the_prior_acceptance():
+def test_the_expected_speedup_takes_the_best_draft_length_at_the_pairs_usual_agreement():
     cal = Calibration(0.365, COST_SHAPED_7B_R, 0.118, "7b-cost")
     k, gain = expected_speedup(cal)
     # At 80%, 3 drafts give 2.95 tokens for 3 x 0.118 + r(4) = 2.06 steps; 2 and 4 drafts pay less.
     assert k == 3 and gain == pytest.approx(2.952 / 2.064, abs=1e-3)
-    assert gain == max(speedup(DEFAULT_POLICY.model_prior, k, 0.118, interpolate_r(cal.r)) for k in range(1, 16))
+    assert gain == max(speedup(DEFAULT_POLICY.model_agreement, k, 0.118, interpolate_r(cal.r)) for k in range(1, 16))
     assert expected_text(cal) == "auto: about 1.4x here"
-    # The prior and the lengths allowed are the policy's.
-    assert expected_speedup(cal, replace(DEFAULT_POLICY, model_prior=0.9))[1] > gain
+    # The agreement and the lengths allowed are the policy's; auto's own starting belief (above it) is not a promise.
+    assert expected_speedup(cal, replace(DEFAULT_POLICY, model_agreement=0.9))[1] > gain
+    assert expected_speedup(cal, replace(DEFAULT_POLICY, model_prior=0.95))[1] == gain
     assert expected_speedup(cal, replace(DEFAULT_POLICY, k_max=1))[0] == 1
 
 

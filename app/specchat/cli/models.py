@@ -149,7 +149,7 @@ def _speculation_json(cal: Calibration | None) -> dict[str, Any]:
         "text": text,
         "expected_speedup": round(gain, 3),
         "draft_length": k,
-        "assumed_acceptance": DEFAULT_POLICY.model_prior,
+        "assumed_acceptance": DEFAULT_POLICY.model_agreement,
         "plain_tokens_per_s": round(1 / cal.t1, 2),
         "draft_cost": cal.c,
     }

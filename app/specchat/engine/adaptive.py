@@ -276,7 +276,7 @@ class AutoDrafter(Drafter):
         self._corpus = self.earlier.for_prompt(context) if self.earlier is not None else None
         # Reading the prompt is most of a draft model's catch-up: do it now only if the model is expected to pay
         # from the start. Otherwise its first probe catches up, at the probe's own expense.
-        if self.model is not None and self.model_source.plan(self.r, self.policy.k_max, self.policy.model_min_gain)[0]:
+        if self.model is not None and self.model_source.plan(self.r, self.policy.k_max, self.policy.min_gain)[0]:
             self.model.prefill(context)
 
     def propose(self, context, k, params: SamplingParams, rng) -> Proposal:
@@ -292,7 +292,7 @@ class AutoDrafter(Drafter):
             band = max((n for n in policy.lookup_bands if n <= self.lookup.match_len), default=policy.lookup_bands[0])
             resuming = self.lookup.resuming and band < policy.copy_match
             source = self.resume_source if resuming else self.lookup_sources[band]
-            rival = self._model_promise(context, k) if policy.lookup_yields else 1.0
+            rival = self._model_promise(k) if policy.lookup_yields else 1.0
             step = self._try(
                 source, len(found), policy.min_gain, lambda n: self.lookup.propose(context, n, params, rng), rival
             )
@@ -311,22 +311,20 @@ class AutoDrafter(Drafter):
                     return step
         k = min(k, policy.k_max)  # only a copy in progress is right often enough for longer drafts to pay
         if self.model_source is not None:
-            min_gain = self._model_min_gain(context, k)
-            step = self._try(self.model_source, k, min_gain, lambda n: self.model.propose(context, n, params, rng))
+            step = self._try(
+                self.model_source, k, policy.min_gain, lambda n: self.model.propose(context, n, params, rng)
+            )
             if step is not None:
                 return step
         return Proposal([], None, self._explain_plain(k))
 
-    def _model_min_gain(self, context: list[int], k: int) -> float:
-        return self.policy.min_gain if self.model.behind(context) <= k else self.policy.model_min_gain
-
-    def _model_promise(self, context: list[int], k: int) -> float:
+    def _model_promise(self, k: int) -> float:
         """The speedup the draft model's best plan promises for this step, at the acceptance it has shown; 1.0 where
         it would not draft."""
         if self.model_source is None:
             return 1.0
         k = min(k, self.policy.k_max)
-        return self.model_source.plan(self.r, k, self._model_min_gain(context, k))[1]
+        return self.model_source.plan(self.r, k, self.policy.min_gain)[1]
 
     def _judge_undrafted(self, context: list[int]) -> None:
         """Judge the first tokens left undrafted by the token the target went on to give: evidence for free where a

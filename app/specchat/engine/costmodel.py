@@ -73,11 +73,11 @@ def best_k(alpha: float, c: float, r: Callable[[int], float], k_max: int) -> tup
 
 def expected_speedup(cal: Calibration, policy: AutoPolicy = DEFAULT_POLICY) -> tuple[int, float]:
     """The draft model's best length and S(k) at this calibration's costs, before anything is known of the answers:
-    at the policy's prior acceptance for the draft model, over the draft lengths auto may choose. (0, 1.0): none
+    at the pair's usual agreement (the policy's model_agreement), over the draft lengths auto may choose. (0, 1.0): none
     pays. Auto may do better (prompt lookup, a draft that agrees more often) or worse (steps cost more than timed)."""
     if cal.c is None:
         return 0, 1.0
-    return best_k(policy.model_prior, cal.c, interpolate_r(cal.r), policy.k_max)
+    return best_k(policy.model_agreement, cal.c, interpolate_r(cal.r), policy.k_max)
 
 
 def expected_text(cal: Calibration | None, policy: AutoPolicy = DEFAULT_POLICY) -> str:

@@ -58,10 +58,6 @@ class ModelDrafter(Drafter):
     def prefill(self, context: list[int]) -> None:
         self.model.hold(context[:-1])
 
-    def behind(self, context: list[int]) -> int:
-        """About how many tokens of context the draft's cache must catch up on before it can draft."""
-        return max(len(context) - self.model.n_past, 0)
-
     def _fit(self, logits: np.ndarray) -> np.ndarray:
         if logits.size == self.n_vocab:
             return logits

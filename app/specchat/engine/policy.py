@@ -17,8 +17,6 @@ from specchat.engine.drafters import RESUME_WINDOW
 class AutoPolicy:
     # Speculate only for this expected gain: calibration and acceptance are noisy, and a wrong bet costs a batch.
     min_gain: float = 1.05
-    # Switching to the draft model after steps without it makes its cache catch up on every token it skipped (67878dc).
-    model_min_gain: float = 1.15
     # The share of decoding time that probes of sources that do not pay may lose: bounds auto's loss (62529e9).
     explore_share: float = 0.02
     # Bands of lookup match lengths (the shortest of each) with the first and later positions' prior acceptance, near
@@ -43,10 +41,16 @@ class AutoPolicy:
     resume_window: int = RESUME_WINDOW
     # Prior acceptance (first position, later ones) of a short match where a copy resumes: it passes more often.
     resume_prior: tuple[float, float] = (0.7, 0.8)
-    # Same-family drafts for a chat model accept 70-90% (design.md): start in the middle. The Qwen2.5-Coder 0.5B's
-    # CPU copy picks the 1.5B's greedy token on 81.6% of the built-in suite's tokens (docs/performance.md). Also what
-    # a listing of models expects of a pair before it has generated anything (costmodel.expected_speedup).
-    model_prior: float = 0.8
+    # Same-family drafts for a chat model accept 70-90% (design.md): the middle. The Qwen2.5-Coder 0.5B's CPU copy
+    # picks the 1.5B's greedy token on 81.6% of the built-in suite's tokens (docs/performance.md). What a listing of
+    # models expects of a pair before it has generated anything (costmodel.expected_speedup).
+    model_agreement: float = 0.8
+    # What auto believes of the draft model before an answer has judged it: above model_agreement, since a belief
+    # that the model does not pay is never tested. Where a chain pays only from 0.83 a position (the Zen 3's 7B-cost
+    # prices) auto at 0.8 never drafted with a pair that agreed 0.88-0.91 there; at 0.88 it tries, and the first
+    # model_prior_weight steps correct it (docs/experiments.md, "The draft model's threshold on the Zen 3's 7B-cost
+    # prices"). At 0.9 it lost on the Zen 3's 1.5B prices (QA 0.89x replayed).
+    model_prior: float = 0.88
     # How many observations a tracker's prior counts for, and how fast old ones fade: set, not tuned by measurement.
     tracker_weight: float = 2.0
     # The draft model's prior is the pair's agreement measured over a whole suite, worth more than a lookup band's:
