@@ -255,7 +255,9 @@ def test_ctrl_c_during_the_benchmark_writes_the_runs_done_as_a_partial_report(ti
     assert bench.returncode == 130, stderr
     report = json.loads((out / "report.json").read_text())
     done = len(report["runs"])
-    assert 3 <= done < 18 and report["interrupted"] == f"stopped by Ctrl-C after {done} of 18 runs"
+    assert 3 <= done < 18
+    assert report["interrupted"] == f"stopped by Ctrl-C after {done} of 18 runs (3 repeats asked)"
+    assert report["settings"]["repeats"] == (done - 1) // 6 + 1  # begun: 2 prompts x 3 configs a repeat
     assert f"interrupted after {done} of 18 runs; writing the report of those" in stderr
     assert "**Partial:**" in (out / "report.md").read_text() and "wrote" in stdout and "Traceback" not in stderr
 

@@ -295,6 +295,11 @@ def test_a_local_model_that_a_pair_uses_is_not_forgotten(qwen_pair, capsys):
     )
     assert "qcoder05" in cat.local_models()
     assert run_cli("list") == 0  # the catalog still loads
+    # With another catalog for this one command, the user's still counts: it is in effect again for the next.
+    only = 'default_pair = "only"\n[pairs.only]\ntarget = "qcoder15"\ndraft = "qcoder15"\n'
+    other = write_catalog(user.with_name("other.toml"), only)
+    assert run_cli("--catalog", str(other), "remove", "qcoder05") == 1
+    assert f"used by pair 'mine' in {user}" in capsys.readouterr().err and "qcoder05" in cat.local_models()
 
     # Once the pair is gone, the model can go.
     user.write_text("", encoding="utf-8")
@@ -334,6 +339,9 @@ BAD_LOCAL_MODELS = {
     "models not a table": ("models = 3\n", "is not valid: 'models' must be a table"),
     "not toml": ("[models.a\n", "is not valid TOML"),
     "no path": ("[models.a]\npath = 3\n", "local model 'a' needs a 'path' string"),
+    # A write keeps only the entries' paths: anything else would be lost, so it is refused, not dropped.
+    "unknown top-level key": ('note = "mine"\n[models.a]\npath = "/a.gguf"\n', "has unknown key 'note'"),
+    "unknown entry key": ('[models.a]\npath = "/a.gguf"\nctx = 8192\n', "local model 'a' has unknown key 'ctx'"),
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
@@ -40,6 +41,16 @@ def test_the_app_answers_the_api_beside_the_page(app_server, client, tiny_model)
     assert [m.id for m in client.models.list().data] == [tiny_model.stem]
     with urllib.request.urlopen(app_server.url, timeout=30) as page:
         assert page.status == 200 and b"<html" in page.read(2000).lower()
+    # A /v1 path or method the API does not serve is the API's error, not the page's (Gradio's, mounted at the root).
+    auth = {"Authorization": f"Bearer {KEY}"}
+    for method, path, code in (("GET", "v1/embeddings", 404), ("GET", "v1/chat/completions", 405)):
+        request = urllib.request.Request(app_server.url + path, method=method, headers=auth)
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request, timeout=30)
+        error = json.loads(caught.value.read())["error"]
+        assert caught.value.code == code and f"{method} /{path}" in error["message"], error
+        assert set(error) == {"message", "type", "param", "code"}
+    assert caught.value.headers["Allow"] == "POST"
     log = app_server.log.read_text()
     assert f"Running on local URL:  http://127.0.0.1:{app_server.port}" in log
     assert f"OpenAI-compatible API: http://127.0.0.1:{app_server.port}/v1" in log

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute, Match
 from starlette.types import Receive, Scope, Send
 
 from specchat.api.generation import ClientGone, Generation, Start, log
@@ -49,7 +50,24 @@ def create_app(host: EngineHost, api_key: str | None = None) -> FastAPI:
     router.add_api_route("/v1/chat/completions", api.chat_completions, methods=["POST"])
     router.add_api_route("/v1/completions", api.completions, methods=["POST"])
     app.include_router(router)
+    # Every other /v1 path is the API's too: under `specchat ui` Gradio's app, mounted at the root, would answer it
+    # in its own shape. Last, so that the routes above match first.
+    app.add_route("/v1/{path:path}", _unserved(router.routes), methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     return app
+
+
+def _unserved(routes: list[BaseRoute]) -> Callable[[Request], Awaitable[Response]]:
+    """A 405 where one of these routes serves the path by another method (as the router answers when no route takes
+    the request whole), else a 404; both in OpenAI's error shape, through _route_error."""
+
+    async def unserved(request: Request) -> Response:
+        partly = [r for r in routes if r.matches(request.scope)[0] is Match.PARTIAL]
+        if partly:
+            allowed = sorted({m for r in partly for m in getattr(r, "methods", ())})
+            raise HTTPException(405, headers={"Allow": ", ".join(allowed)})
+        raise HTTPException(404)
+
+    return unserved
 
 
 async def _error_response(_request: Request, error: Exception) -> Response:

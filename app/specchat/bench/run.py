@@ -343,7 +343,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if not records:
                 raise
             # The runs done are what the user waited for: report them, marked as a part of the run.
-            meta["interrupted"] = f"stopped by Ctrl-C after {len(records)} of {total} runs"
+            done = f"{len(records)} of {total} runs ({args.repeats} repeats asked)"
+            meta["interrupted"] = f"stopped by Ctrl-C after {done}"
+            # The settings say what the results hold: the repeats begun, the last maybe in part.
+            meta["settings"]["repeats"] = records[-1]["repeat"] + 1
             print_progress(f"interrupted after {len(records)} of {total} runs; writing the report of those")
     finally:
         engine.close()

@@ -336,6 +336,12 @@ def local_models() -> dict[str, Path]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise CatalogError(f"{where} is not valid TOML ({e}); fix it or delete it and add the models again") from None
+    # Every key is known, since a write keeps only the entries' paths: an unknown one would be lost without a word.
+    unknown = sorted(set(data) - {"models"})
+    if unknown:
+        raise CatalogError(
+            f"{where} has unknown key {unknown[0]!r}; it holds only [models.NAME] entries, each with a 'path'"
+        )
     entries = data.get("models", {})
     if not isinstance(entries, dict):
         raise CatalogError(
@@ -346,6 +352,11 @@ def local_models() -> dict[str, Path]:
     for name, entry in entries.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
             raise CatalogError(f"{where}: local model {name!r} needs a 'path' string; fix it or delete the entry")
+        if set(entry) != {"path"}:
+            raise CatalogError(
+                f"{where}: local model {name!r} has unknown key {sorted(set(entry) - {'path'})[0]!r};"
+                " its only key is 'path'"
+            )
         out[name] = Path(entry["path"])
     return out
 
@@ -402,6 +413,21 @@ def add_local_model(path: str | Path, name: str | None = None, catalog: Catalog 
     return name, file
 
 
+def _pairs_using(name: str, catalog: Catalog) -> dict[str, str]:
+    """The pairs that use local model `name`, each with the file defining it: the catalog's, and the user catalog's
+    where another replaces it for this command (--catalog), since the user's is in effect again for the next."""
+    if name in catalog.models:
+        return {}  # the name is a catalog model's: a pair naming it means that model
+    users = {p.name: p.source for p in catalog.pairs.values() if name in (p.target, p.draft)}
+    user_file = user_catalog_path()
+    if user_file.is_file() and str(user_file) not in catalog.sources:
+        where, text = _read_file(user_file)
+        for pair, entry in _parse_toml(where, text).get("pairs", {}).items():
+            if isinstance(entry, dict) and name in (entry.get("target"), entry.get("draft")):
+                users.setdefault(pair, where)
+    return users
+
+
 def remove_local_model(name: str, catalog: Catalog | None = None) -> Path | None:
     """Forget a local model; returns its path (the file itself is left alone), or None if no such name.
 
@@ -410,11 +436,10 @@ def remove_local_model(name: str, catalog: Catalog | None = None) -> Path | None
     entries = local_models()
     if name not in entries:
         return None
-    catalog = catalog or load_catalog()
-    users = [p for p in catalog.pairs.values() if name in (p.target, p.draft) and name not in catalog.models]
+    users = _pairs_using(name, catalog or load_catalog())
     if users:
-        pairs = ", ".join(repr(p.name) for p in users)
-        files = ", ".join(dict.fromkeys(p.source for p in users))
+        pairs = ", ".join(map(repr, users))
+        files = ", ".join(dict.fromkeys(users.values()))
         raise SpecchatError(
             f"local model {name!r} is used by pair {pairs} in {files}; remove or change the pair there first"
         )
