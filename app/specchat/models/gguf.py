@@ -97,7 +97,7 @@ def _parse(path: Path) -> tuple[int, dict[str, Any]]:
         if f.read(4) != GGUF_MAGIC:
             raise NotGGUFError(f"{path}: not a GGUF model file (it does not start with the GGUF magic bytes)")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return _data_end(_Reader(buf, path))
+            return _read_header(_Reader(buf, path))
 
 
 def _read_kv(r: _Reader) -> tuple[int, dict[str, Any]]:
@@ -113,7 +113,7 @@ def _read_kv(r: _Reader) -> tuple[int, dict[str, Any]]:
     return n_tensors, meta
 
 
-def _data_end(r: _Reader) -> tuple[int, dict[str, Any]]:
+def _read_header(r: _Reader) -> tuple[int, dict[str, Any]]:
     """(where the last tensor's data ends, metadata): the data section starts at the first multiple of
     general.alignment after the tensor infos, and each info gives its tensor's offset in it (ggml's gguf.cpp reads
     files the same way)."""
