@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from gguf import GGUFWriter
 
+from specchat.engine.llama_backend import BackendConfig
+from specchat.engine.speculative import Engine
 from specchat.errors import NotGGUFError
 from specchat.models import gguf
 
@@ -48,6 +50,27 @@ def test_a_file_cut_anywhere_in_its_tensor_data_is_refused(tiny_model: Path, tmp
         f"error: {cut}: the file is cut short: its tensors need {len(whole)} bytes but it has {8 * 1024 * 1024}; "
         "download or copy it again\n"
     )
+
+
+def test_a_header_read_again_unchanged_is_not_parsed_again(tiny_model: Path, tmp_path: Path, monkeypatch):
+    parsed = []
+    parse = gguf._parse
+    monkeypatch.setattr(gguf, "_parse", lambda path: parsed.append(path) or parse(path))
+    gguf._read_whole.cache_clear()
+    # Loading a pair reads both headers to check the pair and each again to load its model: one parse a file.
+    Engine.load(tiny_model, tiny_model, BackendConfig(n_ctx=256, n_threads=1)).close()
+    assert parsed == [tiny_model]
+    with pytest.raises(TypeError):  # one mapping for every reader: none may change it for the others
+        gguf.read_metadata(tiny_model)["general.name"] = "other"
+    # A file changed since (here cut short) is read again, not answered from before.
+    copy = tmp_path / "copy.gguf"
+    whole = tiny_model.read_bytes()
+    copy.write_bytes(whole)
+    assert gguf.read_metadata(copy) == gguf.read_metadata(tiny_model)
+    copy.write_bytes(whole[:-1])
+    with pytest.raises(NotGGUFError, match="cut short"):
+        gguf.read_metadata(copy)
+    assert parsed == [tiny_model, copy, copy]
 
 
 def _gguf_bytes(kv: bytes, n_kv: int = 1) -> bytes:

@@ -5,12 +5,15 @@ A GGUF file is untrusted input: every length is bounded by the file size before 
 
 from __future__ import annotations
 
+import functools
 import math
 import mmap
 import reprlib
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from specchat.errors import NotGGUFError
@@ -73,26 +76,35 @@ class _Reader:
         raise NotGGUFError(f"{self.path}: corrupt GGUF header (unknown value type {vtype})")
 
 
-def read_metadata(path: str | Path) -> dict[str, Any]:
+def read_metadata(path: str | Path) -> Mapping[str, Any]:
     """All metadata key/values of a GGUF file. Raises NotGGUFError for anything else, and for a file that ends before
     its tensor data does (a download or copy cut short): its header alone reads well, and llama.cpp would refuse it
-    only once its weights load, in its own words."""
+    only once its weights load, in its own words.
+
+    A file read again unchanged (the same inode, size and modification time) is not parsed again: loading a pair
+    reads both headers to check the pair and again to load each model, and a vocabulary of 150k tokens is most of a
+    header. The mapping is shared between readers, so it is read-only."""
     path = Path(path)
+    if not path.is_file():
+        if path.is_dir():
+            raise NotGGUFError(f"{path} is a folder, not a GGUF model file; give the .gguf file itself")
+        raise NotGGUFError(f"{path}: no such file")
+    st = path.stat()
+    return _read_whole(path, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)  # a target, its draft and the draft's CPU copy, as one load reads them
+def _read_whole(path: Path, inode: int, size: int, mtime_ns: int) -> Mapping[str, Any]:
     end, meta = _parse(path)
-    size = path.stat().st_size
     if end > size:
         raise NotGGUFError(
             f"{path}: the file is cut short: its tensors need {end} bytes but it has {size}; download or copy it again"
         )
-    return meta
+    return MappingProxyType(meta)
 
 
 def _parse(path: Path) -> tuple[int, dict[str, Any]]:
     """(where the file's tensor data must end, metadata), read from its header."""
-    if path.is_dir():
-        raise NotGGUFError(f"{path} is a folder, not a GGUF model file; give the .gguf file itself")
-    if not path.is_file():
-        raise NotGGUFError(f"{path}: no such file")
     with open(path, "rb") as f:
         if f.read(4) != GGUF_MAGIC:
             raise NotGGUFError(f"{path}: not a GGUF model file (it does not start with the GGUF magic bytes)")
