@@ -93,7 +93,9 @@ def read_metadata(path: str | Path) -> Mapping[str, Any]:
     return _read_whole(path, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-@functools.lru_cache(maxsize=4)  # a target, its draft and the draft's CPU copy, as one load reads them
+# Two: a load reads the pair to check it, then the target again and the draft or its CPU copy; a Qwen header held
+# here is 27 MB of Python objects.
+@functools.lru_cache(maxsize=2)
 def _read_whole(path: Path, inode: int, size: int, mtime_ns: int) -> Mapping[str, Any]:
     end, meta = _parse(path)
     if end > size:
