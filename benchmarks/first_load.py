@@ -5,7 +5,7 @@
 
 In a fresh cache folder (nothing kept from earlier runs): the draft's CPU copy (quantizing, then timing the file
 against the copy), the two model loads, then calibration's parts as calibration.measure does them (reading the
-timing text, warm-up, each round), with every round's raw values kept. Then, for n rounds, over every choice of
+timing text, each round), with every round's raw values kept. Then, for n rounds, over every choice of
 n of them: how often a median r(n) is over 10% off the median of all rounds, and what the draft length the cost
 model chooses from the n rounds' medians (costmodel.best_k, at a range of acceptances) loses in expected speedup
 against the one it chooses from all rounds, priced at all rounds' costs.
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from specchat.engine.calibration import BATCH_SIZES, K_LONG, K_MAX, TIMING_TEXT, decode_seconds
+from specchat.engine.calibration import BATCH_SIZES, K_LONG, K_MAX, TIMING_TEXT, decode_seconds, step_seconds
 from specchat.engine.costmodel import best_k, interpolate_r, speedup
 from specchat.engine.draft_copy import choose_draft
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
@@ -96,12 +96,11 @@ def main() -> None:
         probe = context[: K_LONG + 1]
         for name, model in (("target", target), ("draft", draft)):
             timed(parts, f"calibration: read the timing text ({name})", lambda m=model: m.eval_prefix(context))
-            timed(parts, f"calibration: warm-up ({name})", lambda m=model: decode_seconds(m, probe[:1]))
         rounds = []
         for i in range(args.rounds):
             t0 = time.perf_counter()
-            t1 = decode_seconds(target, probe[:1])
-            c = decode_seconds(draft, probe[:1]) / t1
+            t1 = step_seconds(target, probe[0])
+            c = step_seconds(draft, probe[0]) / t1
             r = {n: decode_seconds(target, probe[:n]) / t1 for n in BATCH_SIZES}
             rounds.append({"t1": t1, "c": c, "r": r})
             parts[f"calibration: round {i + 1}"] = time.perf_counter() - t0

@@ -303,6 +303,12 @@ def main() -> None:
         "--r-long", type=float, help=f"r({K_LONG + 1}) for a calibration that did not measure it (else never drafted)"
     )
     ap.add_argument(
+        "--believed",
+        type=Path,
+        help="auto starts from this calibration (a calibration-*.json) while --calibration's costs are paid: what a "
+        "calibration that read the machine wrong costs auto until its live costs catch up",
+    )
+    ap.add_argument(
         "--carry-costs",
         action="store_true",
         help="carry what auto learned of the costs from answer to answer, in the suite's order, as one engine does",
@@ -336,14 +342,15 @@ def main() -> None:
             + ", ".join(f"r({n}) = {costs.r(n):.2f}" for n in (2, 4, 8, 16, K_LONG + 1))
         )
         totals: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(len(columns) + 1))
-        live = LiveCosts(cal, policy.cost_weight, policy.cost_relax) if args.carry_costs else None
+        belief = Calibration.from_json(args.believed.read_text()) if args.believed else cal
+        live = LiveCosts(belief, policy.cost_weight, policy.cost_relax) if args.carry_costs else None
         for answer_id, answer in answers:
             if args.branch:
                 steps = branch_ceilings(answer, costs, n_vocab, policy)
                 steps += [fixed_chain_cost(answer, costs, k, b) for k in (1, 2, 3, 4) for b in (False, True)]
             else:
                 steps = [] if args.auto_only else ceilings(answer, costs, n_vocab, policy)
-                steps.append(replayed_cost(answer, cal, n_vocab, costs, policy, live))
+                steps.append(replayed_cost(answer, belief, n_vocab, costs, policy, live))
             n = len(answer.tokens)
             if len(calibrations) <= 1:
                 line = ", ".join(f"{c} {n / s:.2f}x" for c, s in zip(columns, steps))

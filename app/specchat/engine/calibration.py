@@ -28,6 +28,9 @@ BATCH_SIZES = (*range(2, K_MAX + 2), K_LONG + 1)
 # lengths chosen from 4 rounds lost half or less of the expected speedup that 3 rounds' lost (docs/performance.md,
 # "A first load").
 ROUNDS = 4
+# How measure() times, kept with each calibration: one kept by an earlier method is not read (it is measured again).
+# 2: the target step and the draft step timed after an untimed one (step_seconds), not after the previous batch.
+METHOD = 2
 TIMING_TEXT = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n" * 4
 
 
@@ -41,6 +44,7 @@ class Calibration:
     # CPU: what a listing of models finds this calibration by without loading them (cached_for).
     files: tuple[str, ...] = ()
     machine: str = ""
+    method: int = METHOD
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -49,7 +53,7 @@ class Calibration:
     def from_json(cls, text: str) -> Calibration:
         d = json.loads(text)
         r = {int(n): v for n, v in d["r"].items()}
-        return cls(d["t1"], r, d["c"], d["key"], tuple(d.get("files", ())), d.get("machine", ""))
+        return cls(d["t1"], r, d["c"], d["key"], tuple(d.get("files", ())), d.get("machine", ""), d.get("method", 1))
 
 
 def cpu_name() -> str:
@@ -95,16 +99,24 @@ def decode_seconds(model: LlamaModel, tokens: list[int]) -> float:
     return elapsed
 
 
+def step_seconds(model: LlamaModel, token: int) -> float:
+    """One token's decode, timed after an untimed one: the first step after a long batch, the other model's work or
+    a pause can cost far more than the next, and the loop's plain steps and draft tokens mostly follow their like.
+    Timed after a batch of 32 instead, t1 read slow and so every r(n) cheap (docs/performance.md, "A first load")."""
+    decode_seconds(model, [token])
+    return decode_seconds(model, [token])
+
+
 def measure(
     target: LlamaModel,
     draft: LlamaModel | None,
     rounds: int = ROUNDS,
     on_progress: Callable[[str], None] | None = None,
 ) -> Calibration:
-    """Each round times a target step, a draft step and every batch size back to back, and each ratio is the median
-    over rounds: the machine's speed drifts with other work, so only times taken together make sound ratios (and
-    batches of mixed sizes, as in real decoding, not the same batch over and over). on_progress hears what is being
-    measured, once before the rounds and once a round."""
+    """Each round times a target step, a draft step (each after an untimed one: step_seconds) and every batch size
+    back to back, and each ratio is the median over rounds: the machine's speed drifts with other work, so only times
+    taken together make sound ratios (and batches of mixed sizes, as in real decoding, not the same batch over and
+    over). on_progress hears what is being measured, once before the rounds and once a round."""
 
     def say(step: str) -> None:
         if on_progress is not None:
@@ -116,16 +128,15 @@ def measure(
     for model in (target, draft):
         if model is not None:
             model.eval_prefix(context)
-            decode_seconds(model, probe[:1])  # warm-up: first decodes pay for allocations
     t1s: list[float] = []
     cs: list[float] = []
     ratios: dict[int, list[float]] = {n: [] for n in BATCH_SIZES}
     for i in range(rounds):
         say(f"round {i + 1} of {rounds}, target batches of 1-{K_MAX + 1} and {K_LONG + 1} tokens")
-        t1 = decode_seconds(target, probe[:1])
+        t1 = step_seconds(target, probe[0])
         t1s.append(t1)
         if draft is not None:
-            cs.append(decode_seconds(draft, probe[:1]) / t1)
+            cs.append(step_seconds(draft, probe[0]) / t1)
         for n, measured in ratios.items():
             measured.append(decode_seconds(target, probe[:n]) / t1)
     median = statistics.median
@@ -138,11 +149,13 @@ def measure(
 
 
 def read_cached(path: Path) -> Calibration | None:
-    """A kept calibration, or None where there is none or it cannot be read (it is measured again)."""
+    """A kept calibration, or None where there is none, it cannot be read or an earlier method took it (it is
+    measured again)."""
     try:
-        return Calibration.from_json(path.read_text())
+        cal = Calibration.from_json(path.read_text())
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+    return cal if cal.method == METHOD else None
 
 
 def load_or_measure(
