@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from specchat.engine.calibration import BATCH_SIZES, K_LONG, K_MAX, TIMING_TEXT, decode_seconds, step_seconds
+from specchat.engine.calibration import K_LONG, K_MAX, TIMING_TEXT, time_round
 from specchat.engine.costmodel import best_k, interpolate_r, speedup
 from specchat.engine.draft_copy import choose_draft
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
@@ -99,9 +99,7 @@ def main() -> None:
         rounds = []
         for i in range(args.rounds):
             t0 = time.perf_counter()
-            t1 = step_seconds(target, probe[0])
-            c = step_seconds(draft, probe[0]) / t1
-            r = {n: decode_seconds(target, probe[:n]) / t1 for n in BATCH_SIZES}
+            t1, c, r = time_round(target, draft, probe)
             rounds.append({"t1": t1, "c": c, "r": r})
             parts[f"calibration: round {i + 1}"] = time.perf_counter() - t0
             print(f"round {i + 1}: {parts[f'calibration: round {i + 1}']:.1f} s", flush=True)

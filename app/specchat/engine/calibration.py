@@ -28,8 +28,9 @@ BATCH_SIZES = (*range(2, K_MAX + 2), K_LONG + 1)
 # lengths chosen from 4 rounds lost half or less of the expected speedup that 3 rounds' lost (docs/performance.md,
 # "A first load").
 ROUNDS = 4
-# How measure() times, kept with each calibration: one kept by an earlier method is not read (it is measured again).
-# 2: the target step and the draft step timed after an untimed one (step_seconds), not after the previous batch.
+# How measure() times, kept with each calibration: one kept by an earlier method is not read (it is measured again),
+# so this goes up whenever what or how measure() times changes. 2: every batch size of BATCH_SIZES, the target step
+# and the draft step each timed after an untimed one (step_seconds), not after the previous batch.
 METHOD = 2
 TIMING_TEXT = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n" * 4
 
@@ -107,6 +108,15 @@ def step_seconds(model: LlamaModel, token: int) -> float:
     return decode_seconds(model, [token])
 
 
+def time_round(
+    target: LlamaModel, draft: LlamaModel | None, probe: list[int]
+) -> tuple[float, float | None, dict[int, float]]:
+    """One round, back to back: t1, c (None without a draft) and r(n) for every batch size, from the probe's tokens."""
+    t1 = step_seconds(target, probe[0])
+    c = step_seconds(draft, probe[0]) / t1 if draft is not None else None
+    return t1, c, {n: decode_seconds(target, probe[:n]) / t1 for n in BATCH_SIZES}
+
+
 def measure(
     target: LlamaModel,
     draft: LlamaModel | None,
@@ -133,12 +143,12 @@ def measure(
     ratios: dict[int, list[float]] = {n: [] for n in BATCH_SIZES}
     for i in range(rounds):
         say(f"round {i + 1} of {rounds}, target batches of 1-{K_MAX + 1} and {K_LONG + 1} tokens")
-        t1 = step_seconds(target, probe[0])
+        t1, c, r = time_round(target, draft, probe)
         t1s.append(t1)
-        if draft is not None:
-            cs.append(step_seconds(draft, probe[0]) / t1)
+        if c is not None:
+            cs.append(c)
         for n, measured in ratios.items():
-            measured.append(decode_seconds(target, probe[:n]) / t1)
+            measured.append(r[n])
     median = statistics.median
     return Calibration(
         t1=median(t1s),
@@ -171,7 +181,7 @@ def load_or_measure(
     path = cache_dir / f"calibration-{key}.json" if cache_dir is not None else None
     files = pair_files(target.path, (draft_file or draft.path) if draft is not None else None)
     cal = read_cached(path) if path is not None else None
-    if cal is not None and (cal.key != key or not set(cal.r) >= set(BATCH_SIZES)):  # older versions measured less
+    if cal is not None and cal.key != key:
         cal = None
     named = replace(cal or measure(target, draft, on_progress=on_progress), files=files, machine=cpu_name())
     if path is not None and named != cal:  # new, or kept by a version that did not name its pair
