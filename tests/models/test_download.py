@@ -215,6 +215,30 @@ def test_corrupted_download_is_refused_by_the_hub_sha256_and_leaves_nothing_inst
     assert [p.name for p in model.path.parent.iterdir() if not p.name.endswith(".lock")] == []
 
 
+def test_a_hub_that_promised_more_bytes_than_it_has_leaves_no_download_stuck(fake_hub: FakeHub, hub_catalog, smollm):
+    served = fake_hub.add(REPO, smollm, reported_size=smollm.stat().st_size + 1000)
+    model = hub_catalog.models["smol"]
+
+    with pytest.raises(dl.HubUnreachableError, match="ended early"):
+        dl.download_model("smol", endpoint=fake_hub.url)
+    # The server has no byte past the part (416): the part is all it has to give, and its sha256 decides.
+    assert dl.download_model("smol", endpoint=fake_hub.url) == model.path
+    assert sha256_of(model.path) == served.sha256
+    assert [g.status for g in fake_hub.cdn_gets()] == [200, 416]
+
+
+def test_a_part_the_hub_cannot_add_to_that_fails_its_sha256_is_deleted(fake_hub: FakeHub, hub_catalog, smollm):
+    fake_hub.add(REPO, smollm, reported_size=smollm.stat().st_size + 1000, corrupt=True)
+    model = hub_catalog.models["smol"]
+
+    with pytest.raises(dl.HubUnreachableError, match="ended early"):
+        dl.download_model("smol", endpoint=fake_hub.url)
+    with pytest.raises(dl.ChecksumMismatchError, match="failed its sha256 check .* and was deleted"):
+        dl.download_model("smol", endpoint=fake_hub.url)
+    assert_not_installed(model)
+    assert [p.name for p in model.path.parent.iterdir() if not p.name.endswith(".lock")] == []
+
+
 def test_catalog_sha256_that_differs_from_the_hub_stops_before_downloading(
     fake_hub: FakeHub, tmp_path: Path, smollm, monkeypatch
 ):

@@ -314,6 +314,25 @@ def test_reload_applies_the_thread_setting(chat_server, new_page):
         reload_with(1)  # the machine's two cores are shared: the other tests run with one thread
 
 
+def test_a_number_typed_past_its_bounds_becomes_the_bound_and_the_message_is_answered(chat_server, new_page):
+    page = open_chat(new_page, chat_server.url)
+    file = settings_file(chat_server)
+    page.locator("#sc-settings button.label-wrap").click()
+    seed = page.locator("#sc-set-seed input[type=number]")
+    try:
+        seed.fill("99999999999")
+        seed.press("Enter")
+        assert settle(page, send(page, "Say hello."), timeout=60_000)[-1][0] == "done"
+        page.wait_for_function("() => document.querySelector('#sc-set-seed input').value === '2147483647'")
+        for _ in range(50):  # the save, an event of its own, may land after the field shows the bound
+            if json.loads(file.read_text())["seed"] == 2**31 - 1:
+                break
+            page.wait_for_timeout(100)
+        assert json.loads(file.read_text())["seed"] == 2**31 - 1
+    finally:
+        set_setting(page, "seed", 0, file)
+
+
 @contextmanager
 def streaming_a_long_answer(new_page, server) -> Iterator[tuple]:
     """(a tab, the mark of its answer): a long answer that holds the engine until stopped; max tokens is 3000 for as
@@ -447,6 +466,12 @@ def test_the_default_pair_downloads_in_one_click_with_progress_cancel_and_remove
     assert "Loading it now" in page.locator("#sc-download-progress").inner_text()
     assert page.locator('#sc-pairs tr[data-pair="smol-pair"]').get_attribute("data-state") == "installed"
     page.wait_for_selector('#sc-model .sc-model[data-state="ready"]', timeout=120_000)
+    # The first load measured what speculation buys here: the table says so without a reload of the page.
+    page.wait_for_function(
+        "() => !document.querySelector('#sc-pairs tr[data-pair=\"smol-pair\"] td.sc-speculation')"
+        ".textContent.startsWith('not measured yet')",
+        timeout=10_000,
+    )
 
     page.click("#sc-remove")
     page.wait_for_selector('#sc-pairs tr[data-pair="smol-pair"][data-state="missing"]')
@@ -583,3 +608,13 @@ def test_a_path_the_file_system_refuses_is_one_line_and_the_next_file_is_added(e
     page.fill("#sc-local-name textarea, #sc-local-name input", "smollm-added")
     page.click("#sc-add")
     page.wait_for_selector('#sc-models tr[data-model="smollm-added"][data-state="installed"]')
+
+
+def test_add_with_no_path_asks_for_one(empty_server, new_page):
+    page = new_page(empty_server.url)
+    page.wait_for_selector("#sc-pairs tr[data-pair]")
+    page.fill("#sc-local-path textarea, #sc-local-path input", "  ")
+    page.click("#sc-add")
+    page.wait_for_selector('#sc-download-progress .sc-download[data-state="error"]')
+    # Not the server's working folder, which an empty path resolved to: "/work/main is a folder, not a GGUF file".
+    assert page.locator("#sc-download-progress").inner_text() == "give the path of the GGUF file to add"

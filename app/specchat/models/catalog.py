@@ -396,6 +396,8 @@ def add_local_model(path: str | Path, name: str | None = None, catalog: Catalog 
 
     Without a catalog, pairs naming models not registered yet are no obstacle: this is how they get registered.
     """
+    if not str(path).strip():  # Path("") is the working folder: the error would name a folder nobody gave
+        raise SpecchatError("give the path of the GGUF file to add")
     file = Path(path).expanduser().resolve()
     _check_utf8(file)
     read_metadata(file)  # a GGUF file, whole

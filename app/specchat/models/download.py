@@ -199,7 +199,7 @@ def _hub_error(e: Exception, repo: str, filename: str, revision: str, endpoint: 
             f"{repo} has no file {filename!r} at revision {revision!r}: fix 'file' for it in models.toml"
         )
     if isinstance(e, HfHubHTTPError):
-        status = e.response.status_code if e.response is not None else None
+        status = _status(e)
         if status == 401:
             return HubAccessError(
                 f"the hub refused the Hugging Face token for {repo}: set a valid HF_TOKEN or run `hf auth login`"
@@ -217,6 +217,12 @@ def _hub_error(e: Exception, repo: str, filename: str, revision: str, endpoint: 
         f"cannot reach the Hugging Face hub ({host}) to download {filename}: check your internet connection and try"
         " again, or register a GGUF file you already have with `specchat models add PATH`"
     )
+
+
+def _status(e: Exception) -> int | None:
+    """The HTTP status the hub answered with, if it answered."""
+    response = e.response if isinstance(e, HfHubHTTPError) else None
+    return response.status_code if response is not None else None
 
 
 def _offline_message(filename: str) -> str:
@@ -355,7 +361,10 @@ def _download_locked(
                 tqdm_class=silent_tqdm,  # type: ignore[arg-type]  # progress goes to our callback instead
             )
         except _HUB_ERRORS as e:
-            raise _hub_error(e, repo, filename, revision, endpoint) from None
+            # 416 to a resume: the server has no byte past the part's end, whatever size it reported, so asking again
+            # would get the same answer for ever. The part is all it has: its sha256 says whether it is the file.
+            if not (have and _status(e) == 416):
+                raise _hub_error(e, repo, filename, revision, endpoint) from None
         except OSError as e:
             # http_get's size check; the part is kept, and the next attempt resumes or restarts it.
             raise HubUnreachableError(

@@ -16,7 +16,7 @@ import time
 import webbrowser
 from collections.abc import Callable, Iterator
 from dataclasses import fields, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 import gradio as gr
@@ -42,7 +42,7 @@ from specchat.ui.overlay import (
     safe_markdown,
     stylesheet,
 )
-from specchat.ui.settings import LIMITS, Settings, load_settings, save_settings
+from specchat.ui.settings import LIMITS, Settings, clamp, load_settings, save_settings
 from specchat.ui.stats_view import acceptance_svg, stats_html
 
 SETTING_NAMES = [f.name for f in fields(Settings)]
@@ -560,7 +560,7 @@ class ChatApp:
 
     @staticmethod
     def _from(values: tuple) -> Settings:
-        return Settings.from_dict(dict(zip(SETTING_NAMES, values)))
+        return Settings.from_dict({name: clamp(name, value) for name, value in zip(SETTING_NAMES, values)})
 
 
 def build_app(
@@ -687,8 +687,15 @@ def build_app(
             queue=False,
             **SPINNER_HIDDEN,
         )
-        # A load started here shows its progress at once, not at the next slow tick.
-        banner.change(lambda: header_poll_s(host), None, timer, queue=False, **SPINNER_HIDDEN)
+        # A load started here shows its progress at once, not at the next slow tick; once it ends, the pairs table
+        # shows what the load measured (what speculation buys with the pair here).
+        banner.change(
+            lambda: (header_poll_s(host), gr.skip() if host.status().state == "loading" else models.pairs_now()),
+            None,
+            [timer, models.pairs_view],
+            queue=False,
+            **SPINNER_HIDDEN,
+        )
         demo.unload(app.forget_session)
     return demo
 
@@ -699,8 +706,12 @@ def _settings_controls(s: Settings) -> dict[str, gr.components.Component]:
         return gr.Slider(lo, hi, value=getattr(s, name), step=step, label=label, info=info, elem_id=f"sc-set-{name}")
 
     def number(name: str, label: str) -> gr.Number:
-        lo, hi = LIMITS[name]
-        return gr.Number(getattr(s, name), label=label, precision=0, minimum=lo, maximum=hi, elem_id=f"sc-set-{name}")
+        # No minimum or maximum for Gradio: it refuses every event given a value past them, each message sent
+        # included, in a toast that does not name the field. A value typed past a bound becomes the bound instead.
+        field = gr.Number(getattr(s, name), label=label, precision=0, elem_id=f"sc-set-{name}")
+        for typed in (field.submit, field.blur):
+            typed(partial(clamp, name), field, field, queue=False, **SPINNER_HIDDEN)
+        return field
 
     return {
         "system_prompt": gr.Textbox(s.system_prompt, label="System prompt", lines=2, elem_id="sc-set-system_prompt"),

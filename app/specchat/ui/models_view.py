@@ -18,6 +18,7 @@ from specchat.logs import unexpected
 from specchat.models import catalog, download
 from specchat.models.compat import check_pair
 from specchat.ui import SPINNER_HIDDEN
+from specchat.ui.settings import clamp
 
 NO_DRAFT = ""  # the draft dropdown's "none" value: lookup and plain modes need no draft model
 NO_FILE_ACTIONS = (
@@ -200,7 +201,8 @@ class ModelsView:
         self._job_guard = threading.Lock()
 
     def _config(self, threads: float | None, gpu_layers: float | None, n_ctx: int) -> BackendConfig:
-        return BackendConfig(n_ctx=n_ctx, n_threads=int(threads or 0) or None, n_gpu_layers=int(gpu_layers or 0))
+        threads, gpu_layers = clamp("threads", threads or 0), clamp("gpu_layers", gpu_layers or 0)
+        return BackendConfig(n_ctx=n_ctx, n_threads=int(threads) or None, n_gpu_layers=int(gpu_layers))
 
     def _catalog(self) -> catalog.Catalog:
         """The catalog in effect, or the shipped one alone while the user's catalog file is broken (build says so)."""

@@ -34,6 +34,14 @@ LIMITS: dict[str, tuple[float, float]] = {
 _write_lock = threading.Lock()
 
 
+def clamp(name: str, value: object) -> object:
+    """A number typed into a setting's field past its bounds, brought to the nearest bound; anything else as is."""
+    if name not in LIMITS or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    lo, hi = LIMITS[name]
+    return min(max(value, lo), hi)
+
+
 @dataclass(frozen=True)
 class Settings:
     mode: str = DEFAULT_MODE
