@@ -179,6 +179,17 @@ def test_a_stop_string_ends_the_answer_before_it(client):
     assert cut.message.content == full[: full.index(stop)] and cut.finish_reason == "stop"
 
 
+def test_the_earliest_of_several_stop_strings_ends_the_answer_whatever_their_order(client):
+    copy = [{"role": "user", "content": "Repeat this line exactly: the quick brown fox jumps over the lazy dog"}]
+    full = chat(client, messages=copy, temperature=0, extra_body=PLAIN).choices[0].message.content
+    assert " lazy dog" in full
+    # "dog" completes in the same token as " lazy dog", which starts earlier: nothing of " lazy dog" may show.
+    fields = dict(messages=copy, temperature=0, stop=["dog", " lazy dog"], extra_body=PLAIN)
+    whole = chat(client, **fields).choices[0]
+    assert whole.message.content == full[: full.index(" lazy dog")] and whole.finish_reason == "stop"
+    assert streamed_text(chat(client, stream=True, **fields)) == whole.message.content
+
+
 def test_bad_parameters_and_what_the_engine_cannot_do_are_400s_that_say_so(client, api_server):
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}

@@ -43,11 +43,11 @@ class TextStream:
         """Feed one token's bytes; return the text that is now safe to show."""
         # A character split across tokens stays in the decoder until its last byte arrives.
         self._held += self._decoder.decode(piece)
-        for s in self._stop:
-            at = self._held.find(s)
-            if at >= 0:
-                self._held, self.stopped = self._held[:at], True
-                return self._release(len(self._held))
+        # The earliest stop string ends the answer, whichever the list names first: a later one may start before it.
+        found = [at for at in (self._held.find(s) for s in self._stop) if at >= 0]
+        if found:
+            self._held, self.stopped = self._held[: min(found)], True
+            return self._release(len(self._held))
         return self._release(len(self._held) - self._partial_stop())
 
     def flush(self) -> str:
