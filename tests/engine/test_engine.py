@@ -14,6 +14,7 @@ from gguf import GGUFWriter
 from models.support import subprocess_env
 from specchat.bench.compare import NEAR_TIE_LOGITS
 from specchat.engine import BackendConfig, Engine, GenerationSettings, LlamaModel, SamplingParams, VerifyStep
+from specchat.engine.drafters import Proposal, through_end
 from specchat.engine.sampling import probabilities
 from specchat.errors import (
     IncompatibleModelsError,
@@ -196,6 +197,35 @@ def test_stop_string_ends_the_answer_before_it(tiny):
     text = "".join(e.text for e in events)
     assert "\n" not in text and text
     assert events[-1].stats.finish_reason == "stop"
+
+
+def test_no_draft_reaches_past_an_end_of_generation_token(tiny):
+    # Drafting for itself, the tiny model's greedy drafts pass, and 10 a step would run on past this short answer's end.
+    events, steps = run(tiny, [{"role": "user", "content": "Say hello."}], mode="speculative", k=10)
+    stats, end = events[-1].stats, events[-1]
+    assert stats.finish_reason == "eog" and end.kind == "accepted" and end.token in tiny.target.eog_ids
+    assert steps[-1].drafts[-1] == end.token and len(steps[-1].drafts) < 10  # verified up to the end, no further
+    assert all(e.token not in tiny.target.eog_ids for e in events[:-1])
+    # So what is reported is what the answer holds.
+    assert stats.accepted == sum(e.kind == "accepted" for e in events) == sum(stats.accepted_by_pos)
+    assert stats.drafted == sum(len(s.drafts) for s in steps) == sum(stats.drafted_by_pos)
+
+
+def test_a_copy_of_an_earlier_turn_is_verified_up_to_its_end_not_into_the_next_turn(qwen):
+    ask = [{"role": "user", "content": "Repeat exactly, nothing else: The cat sat on the mat."}]
+    said = "".join(e.text for e in qwen.chat(ask, GenerationSettings(mode="plain")))
+    # Asked again, the answer copies the earlier one, which the prompt holds followed by the template's next turn.
+    events, steps = run(qwen, [*ask, {"role": "assistant", "content": said}, *ask], mode="lookup", k=12)
+    assert "".join(e.text for e in events) == said and events[-1].kind == "accepted"
+    assert steps[-1].drafts[-1] == events[-1].token in qwen.target.eog_ids
+
+
+def test_a_proposal_ends_with_its_first_end_of_generation_token():
+    rows = np.eye(6, dtype=np.float32)[[1, 5, 2, 3]]
+    cut = through_end(Proposal([1, 5, 2, 3], rows, "why"), frozenset({5, 4}))
+    assert cut.tokens == [1, 5] and cut.rows.tolist() == rows[:2].tolist() and cut.reason == "why"
+    assert through_end(Proposal([1, 2, 5], None, "why"), frozenset({5})).tokens == [1, 2, 5]
+    assert through_end(Proposal([], None, "why"), frozenset({5})).tokens == []
 
 
 def test_prompt_longer_than_the_context_is_refused(tiny_model):

@@ -160,9 +160,10 @@ def summarize(runs: Sequence[dict], fit: CostFit | None) -> list[dict]:
                 for i in range(width)
             ]
             tokens_per_iteration = tokens / iterations if iterations else 0.0
-            # Accepted drafts + 1 per step, not emitted tokens: a run that ends mid-draft would understate E.
+            # E(k) of a step that drafts k, from how often each position passed where it was drafted: a step that
+            # drafted fewer (a draft cut at the answer's end, prompt lookup's shorter matches) is not a rejection.
             fixed_k = drafted and mode in FIXED_K_MODES  # one source at one k: one alpha describes it
-            alpha = solve_alpha(1 + accepted / iterations, k) if fixed_k else None
+            alpha = solve_alpha(1 + sum(a / d for a, d in by_pos[:k] if d), k) if fixed_k else None
             predicted = fit.predicted_speedup(mode, group) if fit and drafted else None
             rows.append(
                 {
@@ -276,10 +277,12 @@ def render_markdown(report: dict, plot_files: Sequence[str]) -> str:
             "- c (draft token cost over t1): " + (", ".join(f"{mode} {c:.3f}" for mode, c in fit["c"].items()) or "-"),
             "- r(n) (target batch of n over t1): "
             + (", ".join(f"r({n}) = {r:.2f}" for n, r in fit["r"].items()) or "-"),
-            "- alpha is solved (bisection) from E = 1 + accepted drafts per step through "
-            "E(k) = (1 - alpha^(k+1)) / (1 - alpha). Predicted S = E / (d c + mean r(n)), with d the drafts per "
-            "step and r(n) at each step's batch size: with k drafts every step this is S(k) = E(k) / (k c + r(k+1)). "
-            "Prompt lookup often drafts fewer than k tokens (or none), so its alpha at the nominal k is low.",
+            "- alpha is solved (bisection) through E(k) = (1 - alpha^(k+1)) / (1 - alpha) from E = 1 + the sum over "
+            "draft positions of the share of the steps drafting that position that had it accepted: the tokens a step "
+            "drafting k would give, also where steps drafted fewer (prompt lookup's shorter matches, a draft ending "
+            "with the answer). Predicted S = E / (d c + mean r(n)), with E the accepted drafts + 1 per step, d the "
+            "drafts per step and r(n) at each step's batch size: with k drafts every step this is "
+            "S(k) = E(k) / (k c + r(k+1)).",
             "",
             "| mode | alpha | predicted | measured |",
             "|---|---|---|---|",

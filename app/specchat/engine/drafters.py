@@ -7,7 +7,7 @@ import json
 import os
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,17 @@ class Proposal:
     tokens: list[int]  # up to k tokens to follow the context
     rows: np.ndarray | None  # the (n, V) rows they were drawn from; None: one-hot at the tokens, as verify() reads it
     reason: str  # what the drafter is doing, and why, shown to the user
+
+
+def through_end(proposal: Proposal, eog_ids: frozenset[int]) -> Proposal:
+    """The proposal up to and with its first end-of-generation token: the answer ends there if the target takes it,
+    and the drafts after it are dropped unread if not, so verifying them would only lengthen the batch (a copy from
+    an earlier turn runs on into the chat template's next turn)."""
+    end = next((i for i, token in enumerate(proposal.tokens) if token in eog_ids), len(proposal.tokens))
+    if end + 1 >= len(proposal.tokens):
+        return proposal
+    rows = None if proposal.rows is None else proposal.rows[: end + 1]
+    return replace(proposal, tokens=proposal.tokens[: end + 1], rows=rows)
 
 
 class Drafter:
@@ -86,7 +97,7 @@ class ModelDrafter(Drafter):
             else:
                 tokens.append(sample(p, rng))
                 rows.append(p)
-            if len(tokens) == k:
+            if len(tokens) == k or tokens[-1] in self.model.eog_ids:  # through_end would drop what follows
                 break
             logits = self.model.decode([tokens[-1]])[0]
         return Proposal(tokens, np.stack(rows) if rows else None, self.name)

@@ -19,7 +19,7 @@ import numpy as np
 from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
 from specchat.engine.calibration import K_LONG, Calibration, file_id, load_or_measure
 from specchat.engine.draft_copy import choose_draft
-from specchat.engine.drafters import Drafter, EarlierAnswers, LookupDrafter, ModelDrafter
+from specchat.engine.drafters import Drafter, EarlierAnswers, LookupDrafter, ModelDrafter, through_end
 from specchat.engine.llama_backend import BackendConfig, LlamaModel
 from specchat.engine.policy import DEFAULT_POLICY, AutoPolicy
 from specchat.engine.sampling import ProbabilityRows, SamplingParams, check_range
@@ -254,7 +254,7 @@ class Engine:
                 room = min(settings.max_tokens - stats.tokens, target.n_ctx - len(context)) - 1
                 k = min(settings.k, room) if settings.mode in FIXED_K_MODES else room  # auto caps its own
                 t_draft = time.perf_counter()
-                proposal = drafter.propose(context, k, params, rng)
+                proposal = through_end(drafter.propose(context, k, params, rng), target.eog_ids)
                 drafts = proposal.tokens
                 if room > 0:  # the answer's last token is the target's own: the strategy that drafted stays on show
                     stats.strategy = proposal.reason
