@@ -280,9 +280,8 @@ def render_markdown(report: dict, plot_files: Sequence[str]) -> str:
             "- alpha is solved (bisection) through E(k) = (1 - alpha^(k+1)) / (1 - alpha) from E = 1 + the sum over "
             "draft positions of the share of the steps drafting that position that had it accepted: the tokens a step "
             "drafting k would give, also where steps drafted fewer (prompt lookup's shorter matches, a draft ending "
-            "with the answer). Predicted S = E / (d c + mean r(n)), with E the accepted drafts + 1 per step, d the "
-            "drafts per step and r(n) at each step's batch size: with k drafts every step this is "
-            "S(k) = E(k) / (k c + r(k+1)).",
+            "with the answer). Predicted S = (accepted drafts + 1 per step) / (d c + mean r(n)), with d the drafts per "
+            "step and r(n) at each step's batch size: with k drafts every step this is S(k) = E(k) / (k c + r(k+1)).",
             "",
             "| mode | alpha | predicted | measured |",
             "|---|---|---|---|",
