@@ -235,6 +235,13 @@ def test_adding_bad_local_models_is_refused(tmp_path: Path, smollm: Path, capsys
     shutil.copy(smollm, other)
     with pytest.raises(SpecchatError, match="already names"):
         cat.add_local_model(other, name="smol")
+    # The command line says how to give another name by its flag (the app's page by its field).
+    assert run_cli("add", str(smollm), "--name", "qwen2.5-1.5b") == 1
+    assert capsys.readouterr().err == "error: 'qwen2.5-1.5b' is already a catalog name; choose another with --name\n"
+    assert run_cli("add", str(other), "--name", "smol") == 1
+    assert capsys.readouterr().err == (
+        f"error: 'smol' already names {smollm.resolve()}; remove it first or choose another with --name\n"
+    )
     assert run_cli("add", str(text)) == 1
     assert capsys.readouterr().err.startswith("error: ")
     # Headers whole, tensor data cut short (an interrupted download): refused now, not when llama.cpp loads it.

@@ -5,6 +5,7 @@ SmolLM2-135M drafts for itself (fast, and greedy decoding accepts its drafts), i
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -99,13 +100,8 @@ def artifacts() -> Path:
     return ARTIFACTS
 
 
-@pytest.fixture(scope="module")
-def hub_server(tmp_path_factory, tiny_model) -> Iterator[tuple[Server, FakeHub, Served]]:
-    """The app with nothing installed, a catalog whose default pair is SmolLM2 drafting for itself, and a local
-    fake hub serving it; the first transfer stalls after 8 MB until the test releases it."""
-    hub = FakeHub().start()
-    served = hub.add("test/smollm2", tiny_model, stall_after=8 << 20)
-    home = tmp_path_factory.mktemp("specchat-hub-home")
+def smol_catalog(home: Path, model: Path, size: int, sha256: str) -> Path:
+    """A catalog whose default pair, smol-pair, is SmolLM2 drafting for itself, the file model from test/smollm2."""
     catalog = home / "catalog.toml"
     catalog.write_text(
         f"""default_pair = "smol-pair"
@@ -119,15 +115,39 @@ draft_length = 4
 
 [models.smol]
 repo = "test/smollm2"
-file = "{tiny_model.name}"
+file = "{model.name}"
 revision = "{COMMIT}"
-size = {served.size}
-sha256 = "{served.sha256}"
+size = {size}
+sha256 = "{sha256}"
 """
     )
+    return catalog
+
+
+@pytest.fixture(scope="module")
+def hub_server(tmp_path_factory, tiny_model) -> Iterator[tuple[Server, FakeHub, Served]]:
+    """The app with nothing installed, smol_catalog and a local fake hub serving it; the first transfer stalls after
+    8 MB until the test releases it."""
+    hub = FakeHub().start()
+    served = hub.add("test/smollm2", tiny_model, stall_after=8 << 20)
+    home = tmp_path_factory.mktemp("specchat-hub-home")
+    catalog = smol_catalog(home, tiny_model, served.size, served.sha256)
     env = {"SPECCHAT_CATALOG": str(catalog), "HF_ENDPOINT": hub.url}
     try:
         for server in _start(home, ["--threads", "1"], env):
             yield server, hub, served
     finally:
         hub.stop()
+
+
+@pytest.fixture
+def installed_server(tmp_path, tiny_model) -> Iterator[tuple[Server, Path]]:
+    """The app with smol_catalog's pair installed, as a download leaves it, and loading it: (the server, the pair's
+    installed file)."""
+    data = tiny_model.read_bytes()
+    catalog = smol_catalog(tmp_path, tiny_model, len(data), hashlib.sha256(data).hexdigest())
+    installed = tmp_path / "models" / "test--smollm2" / tiny_model.name  # ModelSource.path under SPECCHAT_HOME
+    installed.parent.mkdir(parents=True)
+    installed.write_bytes(data)
+    for server in _start(tmp_path, ["--threads", "1"], {"SPECCHAT_CATALOG": str(catalog), "HF_HUB_OFFLINE": "1"}):
+        yield server, installed

@@ -361,6 +361,45 @@ def test_two_tabs_share_the_engine_in_turn(chat_server, new_page):
     assert answers(second).count() == 1 and token_count(second) > 0
 
 
+def test_stop_ends_a_long_comparison_and_the_engine_serves_the_next_one_and_the_chat(chat_server, new_page):
+    page = open_chat(new_page, chat_server.url)
+    page.get_by_role("tab", name="Compare").click()
+    texts = [page.locator(f"#compare-text-{mode} textarea") for mode in ("plain", "speculative", "lookup")]
+    status = page.locator("#compare-status")
+    set_compare_max_tokens(page, 1024)
+    page.fill("#compare-prompt textarea", LONG_PROMPT)
+    page.click("#compare-run")
+    page.wait_for_function(
+        "() => document.querySelector('#compare-text-plain textarea').value.length >= 40", timeout=120_000
+    )
+    page.click("#compare-stop")
+    status.get_by_text("Stopped.", exact=True).wait_for(timeout=30_000)
+    shown = [text.input_value() for text in texts]
+    page.wait_for_timeout(1500)
+    assert [text.input_value() for text in texts] == shown, "the comparison went on after Stop"
+    assert shown[1:] == ["", ""], "the comparison was stopped in its first run, plain"
+    header = page.locator("#compare-header-plain")
+    assert "tokens · stopped" in header.inner_text() and "running" not in header.inner_text()
+
+    # Nothing holds the engine: the next comparison runs to its end, and the chat answers.
+    set_compare_max_tokens(page, 16)
+    page.fill("#compare-prompt textarea", "Say hello.")
+    page.click("#compare-run")
+    status.get_by_text("Done.", exact=True).wait_for(timeout=120_000)
+    assert all(text.input_value() for text in texts)
+    page.get_by_role("tab", name="Chat").click()
+    assert settle(page, send(page, "Say hello."))[-1][0] == "done"
+
+
+def set_compare_max_tokens(page, n: int) -> None:
+    box = page.locator("#compare-max-tokens input[type=number]")
+    box.fill(str(n))
+    box.press("Enter")
+    page.wait_for_function(
+        "n => document.querySelector('#compare-max-tokens input[type=range]').value === String(n)", arg=n
+    )
+
+
 def test_models_view_lists_the_catalog_and_explains_a_mismatch(chat_server, new_page, model_paths, artifacts):
     from specchat.models import catalog
 
@@ -437,8 +476,8 @@ def test_the_server_listens_on_loopback_only_by_default(empty_server):
     assert listening == ["0100007F"], f"listening on {listening}, wanted 127.0.0.1 only"
 
 
-def test_the_default_pair_downloads_in_one_click_with_progress_cancel_and_remove(hub_server, new_page, artifacts):
-    server, hub, served = hub_server
+def test_the_default_pair_downloads_in_one_click_with_progress_and_cancel(hub_server, new_page, artifacts):
+    server, hub, _ = hub_server
     page = new_page(server.url)
     page.wait_for_selector('#sc-pairs tr[data-pair="smol-pair"][data-state="missing"]')
     assert page.locator("#sc-pair input").input_value() == "smol-pair"
@@ -473,9 +512,36 @@ def test_the_default_pair_downloads_in_one_click_with_progress_cancel_and_remove
         timeout=10_000,
     )
 
+
+def test_the_loaded_pair_is_not_removed_until_another_is_loaded(installed_server, new_page, tiny_model):
+    server, installed = installed_server
+    page = new_page(server.url)
+    page.wait_for_selector('#sc-model .sc-model[data-state="ready"]', timeout=180_000)
+    page.get_by_role("tab", name="Models").click()
+    page.wait_for_selector('#sc-pairs tr[data-pair="smol-pair"][data-state="installed"]')
+    progress = page.locator("#sc-download-progress .sc-download")
     page.click("#sc-remove")
-    page.wait_for_selector('#sc-pairs tr[data-pair="smol-pair"][data-state="missing"]')
-    assert progress.inner_text() == f"Removed smol-pair: deleted {served.path.name}."
+    page.wait_for_selector('#sc-download-progress .sc-download:not([data-state="idle"])')
+    assert progress.inner_text() == "smol-pair is loaded; load another pair before removing it"
+    choose(page, "#sc-remove-model", "smol")  # the pair's model on its own, by the other Remove button
+    page.click("#sc-remove-model-button")
+    page.get_by_text("smol is loaded; load another pair before removing it", exact=True).wait_for()
+    assert installed.is_file()
+    assert page.locator('#sc-pairs tr[data-pair="smol-pair"]').get_attribute("data-state") == "installed"
+
+    # Another model loaded (the same weights from another file), the pair's file is no longer in use.
+    page.fill("#sc-local-path textarea, #sc-local-path input", str(tiny_model))
+    page.fill("#sc-local-name textarea, #sc-local-name input", "smol-elsewhere")
+    page.click("#sc-add")
+    page.wait_for_selector('#sc-models tr[data-model="smol-elsewhere"][data-state="installed"]')
+    choose(page, "#sc-target", "smol-elsewhere")
+    page.click("#sc-load")
+    page.wait_for_selector('#sc-model .sc-model[data-state="loading"]')
+    page.wait_for_selector('#sc-model .sc-model[data-state="ready"]', timeout=180_000)
+    page.click("#sc-remove")
+    page.get_by_text(f"Removed smol-pair: deleted {installed.name}.", exact=True).wait_for()
+    assert not installed.exists()
+    assert page.locator('#sc-pairs tr[data-pair="smol-pair"]').get_attribute("data-state") == "missing"
 
 
 # A lone surrogate, as a browser sends one (JavaScript strings may hold them; Playwright's fill would refuse it).
@@ -618,3 +684,29 @@ def test_add_with_no_path_asks_for_one(empty_server, new_page):
     page.wait_for_selector('#sc-download-progress .sc-download[data-state="error"]')
     # Not the server's working folder, which an empty path resolved to: "/work/main is a folder, not a GGUF file".
     assert page.locator("#sc-download-progress").inner_text() == "give the path of the GGUF file to add"
+
+
+def test_a_taken_name_is_refused_with_what_the_page_offers_not_the_cli_flag(empty_server, new_page, tiny_model):
+    from specchat.models import catalog
+
+    taken = catalog.load_catalog(Path(catalog.shipped_catalog()[0])).default
+    page = new_page(empty_server.url)
+    page.wait_for_selector("#sc-pairs tr[data-pair]")
+    progress = page.locator("#sc-download-progress .sc-download")
+    page.fill("#sc-local-path textarea, #sc-local-path input", str(tiny_model))
+    page.fill("#sc-local-name textarea, #sc-local-name input", taken)
+    page.click("#sc-add")
+    page.wait_for_selector('#sc-download-progress .sc-download[data-state="error"]')
+    assert progress.inner_text() == f"'{taken}' is already a catalog name; choose another name"
+
+
+def test_a_prompt_longer_than_the_context_says_so_in_sight_of_the_input(chat_server, new_page):
+    page = new_page(chat_server.url, width=1280, height=1000)
+    page.wait_for_selector('#sc-model .sc-model[data-state="ready"]', timeout=180_000)
+    page.fill("#sc-input textarea", "word " * 5000)  # the app's context holds 4096 tokens
+    page.click("#sc-send")
+    error = page.locator('#sc-status .sc-status[data-state="error"]')
+    error.wait_for(timeout=60_000)
+    assert "the context holds 4096" in error.inner_text()
+    box = error.bounding_box()  # where the window shows it, as it is scrolled now
+    assert box["y"] >= 0 and box["y"] + box["height"] <= 1000, f"the error is out of sight at {box}"

@@ -49,6 +49,21 @@ class NotInstalledError(SpecchatError):
     pass
 
 
+class NameTakenError(SpecchatError):
+    """A name add_local_model cannot register. It says what holds the name; how to choose another is each front
+    end's to say, as they differ: a command-line flag, a field on the page."""
+
+    def __init__(self, conflict: str, removable: bool = False) -> None:
+        """removable: the name is a local model's, which removing frees."""
+        super().__init__(conflict)
+        self.conflict, self.removable = conflict, removable
+
+    def advice(self, choose_another: str) -> str:
+        """The whole message, ending with choose_another: how this front end gives another name."""
+        first = "remove it first or " if self.removable else ""
+        return f"{self.conflict}; {first}{choose_another}"
+
+
 def _home() -> Path | None:
     home = os.environ.get("SPECCHAT_HOME")
     return Path(home).expanduser() if home else None
@@ -406,10 +421,10 @@ def add_local_model(path: str | Path, name: str | None = None, catalog: Catalog 
         raise SpecchatError(f"model name {name!r} may hold only letters, digits, '.', '_' and '-'; choose another")
     catalog = catalog or load_catalog(check_members=False)
     if name in catalog.models or name in catalog.pairs:
-        raise SpecchatError(f"{name!r} is already a catalog name; choose another with --name")
+        raise NameTakenError(f"{name!r} is already a catalog name")
     entries = local_models()
     if name in entries and entries[name] != file:
-        raise SpecchatError(f"{name!r} already names {entries[name]}; remove it first or choose another with --name")
+        raise NameTakenError(f"{name!r} already names {entries[name]}", removable=True)
     entries[name] = file
     _write_local_models(entries)
     return name, file

@@ -17,7 +17,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
@@ -78,6 +78,10 @@ class HubUnreachableError(DownloadError):
 
 class HubAccessError(DownloadError):
     """The hub answered but will not give the file: gated, private, missing, forbidden."""
+
+
+class ModelInUseError(SpecchatError):
+    """A removal refused: it would delete a file of the loaded model."""
 
 
 @dataclass(frozen=True)
@@ -483,10 +487,12 @@ def _delete_model_files(model: ModelSource) -> list[Path]:
     return deleted
 
 
-def remove(name: str, catalog: Catalog | None = None) -> Removal:
+def remove(name: str, catalog: Catalog | None = None, loaded: Collection[Path] = ()) -> Removal:
     """Remove a pair's or a model's downloaded files (partial downloads too), or forget a local model.
 
     Removing a pair keeps a file that another installed pair still uses (the Qwen pairs share their draft).
+    loaded: the files of the model a front end has loaded; a removal that would delete one of them is refused, whole,
+    as the engine would go on with the file gone and a reload of it fail.
     """
     catalog = catalog or load_catalog()
     if name in catalog.pairs:
@@ -496,18 +502,23 @@ def remove(name: str, catalog: Catalog | None = None) -> Removal:
             members = [other.target, other.draft]
             if other.name != name and all(m not in catalog.models or catalog.models[m].installed for m in members):
                 in_use.update({m: other.name for m in members})
-        deleted, kept = [], {}
+        doomed, kept = [], {}
         for model_name in dict.fromkeys((pair.target, pair.draft)):
             if model_name not in catalog.models:
                 continue  # a local model in a user pair: the pair does not own its file
             if model_name in in_use and catalog.models[model_name].installed:
                 kept[model_name] = in_use[model_name]
             else:
-                deleted += _delete_model_files(catalog.models[model_name])
-        return Removal(deleted, kept, [])
-    if name in catalog.models:
-        return Removal(_delete_model_files(catalog.models[name]), {}, [])
-    path = remove_local_model(name, catalog)
-    if path is not None:
+                doomed.append(catalog.models[model_name])
+    elif name in catalog.models:
+        doomed, kept = [catalog.models[name]], {}
+    else:
+        path = remove_local_model(name, catalog)
+        if path is None:
+            raise UnknownNameError(f"unknown pair or model {name!r}: run `specchat models list` to see the names")
         return Removal([], {}, [(name, path)])
-    raise UnknownNameError(f"unknown pair or model {name!r}: run `specchat models list` to see the names")
+    # Resolved, as the loaded paths may have come from the command line, through a link or relative.
+    loaded_files = {path.resolve() for path in loaded}
+    if any(model.path.resolve() in loaded_files for model in doomed):
+        raise ModelInUseError(f"{name} is loaded; load another pair before removing it")
+    return Removal([path for model in doomed for path in _delete_model_files(model)], kept, [])

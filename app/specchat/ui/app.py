@@ -618,6 +618,9 @@ def build_app(
                             buttons=["copy", "copy_all"],
                             **common,
                         )
+                        # Between the chat and the input, not under the buttons: there, at a window 1000 px high, the
+                        # error of a message that failed (one too long for the context) was out of sight.
+                        status = gr.HTML(status_html("idle", ""), elem_id="sc-status")
                         with gr.Row():
                             textbox = gr.Textbox(
                                 placeholder="Message (Enter sends, Shift+Enter for a new line)",
@@ -633,7 +636,6 @@ def build_app(
                         with gr.Row():
                             regen = gr.Button("Regenerate", size="sm", elem_id="sc-regenerate")
                             clear = gr.Button("Clear", size="sm", elem_id="sc-clear")
-                        status = gr.HTML(status_html("idle", ""), elem_id="sc-status")
                         # Tells the page where the streamed answer's feed is (feed_js); never shown.
                         live = gr.Textbox(visible=False)
                     with gr.Column(scale=1, min_width=300):

@@ -96,7 +96,9 @@ def build(host: EngineHost) -> None:
             temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0: greedy)")
             k = gr.Slider(1, 16, value=4, step=1, label="Draft length k")
             max_tokens = gr.Slider(16, 1024, value=128, step=16, label="Max tokens", elem_id="compare-max-tokens")
-    run_button = gr.Button("Compare", variant="primary", elem_id="compare-run")
+    with gr.Row():
+        run_button = gr.Button("Compare", variant="primary", elem_id="compare-run")
+        stop_button = gr.Button("Stop", variant="stop", elem_id="compare-stop")
     status = gr.Markdown(elem_id="compare-status")
     headers, texts = [], []
     with gr.Row():
@@ -157,10 +159,23 @@ def build(host: EngineHost) -> None:
         except Exception as e:  # the turn is given up by now: the chat and the next comparison go on
             yield _outputs(comparison, unexpected(e, "The comparison"))
 
-    run_button.click(
+    running = run_button.click(
         run,
         [prompt, seed, temperature, k, max_tokens],
         [status, *headers, *texts, summary, plot],
         concurrency_limit=None,  # comparisons wait in the engine's line, where the page says how many are ahead
         **SPINNER_HIDDEN,  # the status line says what runs
+    )
+    # As the chat's Clear cancels its answer: Gradio closes run at its next yield, as for a closed tab, and its with
+    # and finally blocks end the generation and give up the turn before the cancel returns.
+    stop_button.click(None, None, None, cancels=[running])
+    # Said once the cancel has returned (a cancelled event counts as failed; run says its own errors): said at the
+    # click, it could be overwritten by the comparison's last update still on its way. The run that was cut short
+    # keeps its last numbers, no longer "running".
+    running.failure(
+        lambda *shown: ["Stopped.", *(text.replace(" · running", " · stopped") for text in shown)],
+        headers,
+        [status, *headers],
+        queue=False,
+        **SPINNER_HIDDEN,
     )

@@ -293,11 +293,15 @@ class ModelsView:
         return cancelling(job)
 
     def remove(self, name: str | None) -> tuple:
-        """Delete a pair's or a catalog model's files, or forget a local model (its file stays)."""
+        """Delete a pair's or a catalog model's files (refused for the loaded model's), or forget a local model (its
+        file stays)."""
         if not name:
             return progress_html("error", "Choose what to remove first."), *self._refresh()
+        status = self.host.status()
+        # A load that failed holds no file; one under way will hold its files, as the loaded engine does.
+        loaded = (status.target, status.draft) if status.state in ("loading", "ready") else ()
         try:
-            removal = download.remove(name)
+            removal = download.remove(name, loaded=[path for path in loaded if path is not None])
         except SpecchatError as e:
             return progress_html("error", str(e)), *self._refresh()
         except Exception as e:
@@ -342,6 +346,8 @@ class ModelsView:
     def add_local(self, path: str, name: str) -> tuple:
         try:
             added, file = catalog.add_local_model(path.strip(), name.strip() or None)
+        except catalog.NameTakenError as e:
+            return progress_html("error", e.advice("choose another name")), *self._refresh()
         except SpecchatError as e:
             return progress_html("error", str(e)), *self._refresh()
         except Exception as e:
