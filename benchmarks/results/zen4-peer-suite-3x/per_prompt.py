@@ -1,14 +1,18 @@
 """Each prompt's ratios in records.json (tokens over seconds summed over the repeats, each mode against its own
 engine's plain decoding), drafts taken / made, and each repeat's tok/s.
 
-    python3 benchmarks/results/zen4-peer-suite-3x/per_prompt.py > per_prompt.txt
+    python3 benchmarks/results/zen4-peer-suite-3x/per_prompt.py [RECORDS] > per_prompt.txt
+
+RECORDS: a peer run's records.json (default: this folder's).
 """
 
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 
-records = json.loads((Path(__file__).parent / "records.json").read_text())["records"]
+source = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent / "records.json"
+records = json.loads(source.read_text())["records"]
 runs = defaultdict(list)
 for record in records:
     runs[record["id"], record["mode"]].append(record)
