@@ -378,8 +378,9 @@ def test_stop_ends_a_long_comparison_and_the_engine_serves_the_next_one_and_the_
     page.wait_for_timeout(1500)
     assert [text.input_value() for text in texts] == shown, "the comparison went on after Stop"
     assert shown[1:] == ["", ""], "the comparison was stopped in its first run, plain"
-    header = page.locator("#compare-header-plain")
-    assert "tokens · stopped" in header.inner_text() and "running" not in header.inner_text()
+    headers = [page.locator(f"#compare-header-{mode}").inner_text() for mode in ("plain", "speculative", "lookup")]
+    assert headers[0].endswith("tokens · stopped"), headers
+    assert all(header.endswith("· not run (stopped)") for header in headers[1:]), headers
 
     # Nothing holds the engine: the next comparison runs to its end, and the chat answers.
     set_compare_max_tokens(page, 16)

@@ -35,6 +35,11 @@ def _header(run: Run | None, mode: str) -> str:
     return f"**{TITLES[mode]}** · {run.stats.tokens_per_s:.1f} tok/s · {run.stats.tokens} tokens · {state}"
 
 
+def _stopped(header: str) -> str:
+    """A header of _header's as Stop left its run: cut short, or never started."""
+    return header.replace(" · running", " · stopped").replace(" · waiting", " · not run (stopped)")
+
+
 def _summary(comparison: Comparison, engine: Engine) -> str:
     plain = comparison.plain.stats
     lines = [
@@ -170,10 +175,10 @@ def build(host: EngineHost) -> None:
     # and finally blocks end the generation and give up the turn before the cancel returns.
     stop_button.click(None, None, None, cancels=[running])
     # Said once the cancel has returned (a cancelled event counts as failed; run says its own errors): said at the
-    # click, it could be overwritten by the comparison's last update still on its way. The run that was cut short
-    # keeps its last numbers, no longer "running".
+    # click, it could be overwritten by the comparison's last update still on its way. A run cut short keeps its
+    # last numbers.
     running.failure(
-        lambda *shown: ["Stopped.", *(text.replace(" · running", " · stopped") for text in shown)],
+        lambda *shown: ["Stopped.", *map(_stopped, shown)],
         headers,
         [status, *headers],
         queue=False,
