@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fetch_models import MODELS, default_dest, fetch_all
-from helpers import CHROMIUM, CHROMIUM_ARGS
+from helpers import CHROMIUM, CHROMIUM_ARGS, Server
 
 TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -25,6 +25,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.models)
         if "browser" in needs:
             item.add_marker(pytest.mark.browser)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
+    """A failed test that ran a server shows the end of the server's log: CI's output is all there is to go on."""
+    report = yield
+    if report.failed:
+        for name, value in getattr(item, "funcargs", {}).items():
+            if isinstance(value, Server):
+                report.sections.append((f"the end of {name}'s log", value.log_tail()))
+    return report
 
 
 @pytest.fixture(scope="session")

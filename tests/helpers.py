@@ -91,15 +91,16 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                pytest.fail(f"the server exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+                pytest.fail(f"the server exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(self.ready_url, timeout=2):
                     return
             except OSError:  # not listening yet, or (HTTPError) not ready
                 time.sleep(0.5)
-        pytest.fail(
-            f"the server did not answer on {self.ready_url} within {timeout} s:\n{self.log.read_text()[-3000:]}"
-        )
+        pytest.fail(f"the server did not answer on {self.ready_url} within {timeout} s:\n{self.log_tail()}")
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
 
     def stop(self) -> None:
         self.proc.terminate()
