@@ -13,7 +13,7 @@ from pathlib import Path
 import platformdirs
 import pytest
 
-from specchat.errors import NotGGUFError, SpecchatError
+from specchat.errors import NotGGUFError, Remedies, SpecchatError
 from specchat.models import catalog as cat
 
 from .support import REPO_ROOT, run_cli, subprocess_env, write_catalog
@@ -177,7 +177,8 @@ def test_a_broken_user_catalog_stops_no_one_who_gives_files(tmp_path: Path, smol
     # The app lists the shipped catalog meanwhile, and says why.
     shipped, unusable = cat.load_catalog_or_shipped()
     assert REQUIRED_PAIRS <= set(shipped.pairs)
-    assert str(cat.user_catalog_path()) in unusable and "is not valid TOML" in unusable and "\n" not in unusable
+    why = str(unusable)
+    assert str(cat.user_catalog_path()) in why and "is not valid TOML" in why and "\n" not in why
 
 
 def test_models_list_with_a_broken_user_catalog_is_one_line(specchat_home: Path):
@@ -265,8 +266,17 @@ def test_a_local_model_whose_file_went_away_says_so(tmp_path: Path, smollm: Path
     shutil.copy(smollm, copy)
     cat.add_local_model(copy, name="gone")
     copy.unlink()
-    with pytest.raises(cat.NotInstalledError, match="no longer exists"):
+    with pytest.raises(cat.NotInstalledError, match="no longer exists") as refused:
         cat.resolve_model("gone")
+    # The remedies are the front end's own actions: the command line's commands by default, a page's fields there.
+    gone = f"local model 'gone' points to {copy.resolve()}, which no longer exists"
+    assert str(refused.value) == (
+        f"{gone}; run `specchat models remove gone`, or add the file again with `specchat models add PATH --name gone`"
+    )
+    elsewhere = Remedies(
+        add_file=lambda name: f"<add as {name}>", remove_model=lambda name: f"<remove {name}>", other_name=""
+    )
+    assert refused.value.worded(elsewhere) == f"{gone}; <remove gone>, or add the file again <add as gone>"
 
 
 def test_models_list_json_lists_every_pair_with_both_files_and_the_default(capsys):
@@ -317,7 +327,7 @@ def test_a_local_model_that_a_pair_uses_is_not_forgotten(qwen_pair, capsys):
 def test_a_pair_may_name_models_before_they_are_added(qwen_pair):
     target, draft = qwen_pair
     write_catalog(cat.user_catalog_path(), '[pairs.mine]\ntarget = "qcoder15"\ndraft = "qcoder05"\n')
-    with pytest.raises(cat.CatalogError, match="register it with `specchat models add PATH --name NAME`"):
+    with pytest.raises(cat.CatalogError, match="register its file with `specchat models add PATH --name qcoder15`"):
         cat.load_catalog()
 
     # The advice can be followed, from the command line or the app's Add button: adding needs no complete pair.

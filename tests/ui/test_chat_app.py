@@ -689,7 +689,7 @@ def test_a_path_the_file_system_refuses_is_one_line_and_the_next_file_is_added(e
     page.click("#sc-add")
     page.wait_for_selector('#sc-download-progress .sc-download[data-state="error"]')
     said = progress.inner_text()
-    assert "embedded null byte" in said and "\n" not in said.strip(), said
+    assert said == "the path holds a NUL character, which no file name can; give the file's path again"
     page.fill("#sc-local-path textarea, #sc-local-path input", str(tiny_model))
     page.fill("#sc-local-name textarea, #sc-local-name input", "smollm-added")
     page.click("#sc-add")
@@ -718,6 +718,18 @@ def test_a_taken_name_is_refused_with_what_the_page_offers_not_the_cli_flag(empt
     page.click("#sc-add")
     page.wait_for_selector('#sc-download-progress .sc-download[data-state="error"]')
     assert progress.inner_text() == f"'{taken}' is already a catalog name; choose another name"
+
+
+def test_a_download_that_cannot_start_offers_the_pages_own_add_field(empty_server, new_page):
+    """The remedy an error names is worded for the page: its field, not the command line's `specchat models add`."""
+    page = new_page(empty_server.url)
+    page.wait_for_selector("#sc-pairs tr[data-pair]")
+    page.click("#sc-download")  # the app runs with HF_HUB_OFFLINE=1 here
+    page.wait_for_selector('#sc-download-progress .sc-download[data-state="error"]')
+    said = page.locator("#sc-download-progress .sc-download").inner_text()
+    assert said.startswith("HF_HUB_OFFLINE is set, so "), said
+    assert said.endswith(" or register a GGUF file you already have in 'Add a local GGUF file' below"), said
+    assert page.locator("#sc-local-path").get_by_text("Add a local GGUF file").is_visible()
 
 
 def test_a_prompt_longer_than_the_context_says_so_in_sight_of_the_input(chat_server, new_page):

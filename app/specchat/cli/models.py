@@ -300,10 +300,7 @@ def _remove(args: argparse.Namespace) -> int:
 
 def _add(args: argparse.Namespace) -> int:
     # A pair may name this model already: adding it is how the catalog becomes whole again.
-    try:
-        name, path = cat.add_local_model(args.path, args.name, _catalog(args, check_members=False))
-    except cat.NameTakenError as e:
-        raise SpecchatError(e.advice("choose another with --name")) from None
+    name, path = cat.add_local_model(args.path, args.name, _catalog(args, check_members=False))
     info = model_info(path)
     print(f"added {name}: {path} ({info.architecture}, {info.n_vocab} tokens)")
     return 0

@@ -50,18 +50,7 @@ class NotInstalledError(SpecchatError):
 
 
 class NameTakenError(SpecchatError):
-    """A name add_local_model cannot register. It says what holds the name; how to choose another is each front
-    end's to say, as they differ: a command-line flag, a field on the page."""
-
-    def __init__(self, conflict: str, removable: bool = False) -> None:
-        """removable: the name is a local model's, which removing frees."""
-        super().__init__(conflict)
-        self.conflict, self.removable = conflict, removable
-
-    def advice(self, choose_another: str) -> str:
-        """The whole message, ending with choose_another: how this front end gives another name."""
-        first = "remove it first or " if self.removable else ""
-        return f"{self.conflict}; {first}{choose_another}"
+    """A name add_local_model cannot register."""
 
 
 def _home() -> Path | None:
@@ -238,14 +227,14 @@ def load_catalog(path: str | Path | None = None, shipped_only: bool = False, *, 
     return Catalog(pairs=pairs, models=models, default=name, sources=sources)
 
 
-def load_catalog_or_shipped() -> tuple[Catalog, str | None]:
+def load_catalog_or_shipped() -> tuple[Catalog, CatalogError | None]:
     """The catalog in effect and None, or, when the user's catalog file cannot be used, the shipped catalog alone and
     why: for the app, which must start and serve the models it was given whatever that file holds."""
     try:
         return load_catalog(), None
     except CatalogError as e:
         try:
-            return load_catalog(shipped_only=True), str(e)
+            return load_catalog(shipped_only=True), e
         except CatalogError:  # not the user's catalog (local_models.toml, say): the first reason is the one to fix
             raise e from None
 
@@ -315,6 +304,15 @@ def _model(name: str, where: str, entry: Any) -> ModelSource:
     )
 
 
+def _unknown_member(where: str, pair: str, role: str, model: str) -> CatalogError:
+    return CatalogError(
+        lambda say: (
+            f"{where}: pair {pair!r} names {role} model {model!r}, which is neither a catalog model nor a"
+            f" local model; add it under [models] or register its file {say.add_file(model)}"
+        )
+    )
+
+
 def _pair(name: str, where: str, entry: Any, known: set[str] | None) -> Pair:
     """known: the catalog and local model names a pair may use; None: any name."""
     _check_keys("pair", name, where, entry, _PAIR_KEYS)
@@ -322,10 +320,7 @@ def _pair(name: str, where: str, entry: Any, known: set[str] | None) -> Pair:
     draft = _required("pair", name, where, entry, "draft")
     for role, model in (("target", target), ("draft", draft)):
         if known is not None and model not in known:
-            raise CatalogError(
-                f"{where}: pair {name!r} names {role} model {model!r}, which is neither a catalog model nor a local"
-                " model; add it under [models] or register it with `specchat models add PATH --name NAME`"
-            )
+            raise _unknown_member(where, name, role, model)
     return Pair(
         name=name,
         description=_string("pair", name, where, entry, "description", "") or "",
@@ -413,6 +408,8 @@ def add_local_model(path: str | Path, name: str | None = None, catalog: Catalog 
     """
     if not str(path).strip():  # Path("") is the working folder: the error would name a folder nobody gave
         raise SpecchatError("give the path of the GGUF file to add")
+    if "\x00" in str(path):  # which the OS would refuse with "embedded null byte", a ValueError
+        raise SpecchatError("the path holds a NUL character, which no file name can; give the file's path again")
     file = Path(path).expanduser().resolve()
     _check_utf8(file)
     read_metadata(file)  # a GGUF file, whole
@@ -421,10 +418,11 @@ def add_local_model(path: str | Path, name: str | None = None, catalog: Catalog 
         raise SpecchatError(f"model name {name!r} may hold only letters, digits, '.', '_' and '-'; choose another")
     catalog = catalog or load_catalog(check_members=False)
     if name in catalog.models or name in catalog.pairs:
-        raise NameTakenError(f"{name!r} is already a catalog name")
+        raise NameTakenError(lambda say: f"{name!r} is already a catalog name; {say.other_name}")
     entries = local_models()
     if name in entries and entries[name] != file:
-        raise NameTakenError(f"{name!r} already names {entries[name]}", removable=True)
+        taken = entries[name]
+        raise NameTakenError(lambda say: f"{name!r} already names {taken}; remove it first or {say.other_name}")
     entries[name] = file
     _write_local_models(entries)
     return name, file
@@ -480,9 +478,12 @@ def _installed_file(name: str, catalog: Catalog, local: dict[str, Path]) -> Path
     if name in local:
         if local[name].is_file():
             return local[name]
+        gone = local[name]
         raise NotInstalledError(
-            f"local model {name!r} points to {local[name]}, which no longer exists;"
-            f" run `specchat models remove {name}` or add the file again"
+            lambda say: (
+                f"local model {name!r} points to {gone}, which no longer exists; {say.remove_model(name)},"
+                f" or add the file again {say.add_file(name)}"
+            )
         )
     raise UnknownNameError(f"unknown model {name!r}: run `specchat models list` to see the models you can use")
 

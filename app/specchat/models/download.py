@@ -39,7 +39,7 @@ from huggingface_hub.file_download import http_get
 from huggingface_hub.utils import build_hf_headers
 from huggingface_hub.utils.tqdm import silent_tqdm
 
-from specchat.errors import SpecchatError
+from specchat.errors import Remedies, SpecchatError
 from specchat.models.catalog import (
     Catalog,
     ModelSource,
@@ -218,8 +218,19 @@ def _hub_error(e: Exception, repo: str, filename: str, revision: str, endpoint: 
         )
     host = urlsplit(endpoint or hf_constants.ENDPOINT).netloc
     return HubUnreachableError(
-        f"cannot reach the Hugging Face hub ({host}) to download {filename}: check your internet connection and try"
-        " again, or register a GGUF file you already have with `specchat models add PATH`"
+        lambda say: (
+            f"cannot reach the Hugging Face hub ({host}) to download {filename}: check your internet"
+            f" connection and try again, or register a GGUF file you already have {say.add_file(None)}"
+        )
+    )
+
+
+def _gone_local(model: str, pair: str, path: Path) -> DownloadError:
+    return DownloadError(
+        lambda say: (
+            f"local model {model!r} of pair {pair!r} points to {path}, which no longer exists; add the file"
+            f" again {say.add_file(model)}"
+        )
     )
 
 
@@ -229,10 +240,10 @@ def _status(e: Exception) -> int | None:
     return response.status_code if response is not None else None
 
 
-def _offline_message(filename: str) -> str:
-    return (
-        f"HF_HUB_OFFLINE is set, so {filename} cannot be downloaded: unset HF_HUB_OFFLINE to download it, or register"
-        " a GGUF file you already have with `specchat models add PATH`"
+def _offline_message(filename: str) -> Callable[[Remedies], str]:
+    return lambda say: (
+        f"HF_HUB_OFFLINE is set, so {filename} cannot be downloaded: unset HF_HUB_OFFLINE to download it,"
+        f" or register a GGUF file you already have {say.add_file(None)}"
     )
 
 
@@ -447,10 +458,7 @@ def download_pair(
     local = local_models()
     for model_name in (pair.target, pair.draft):
         if model_name not in catalog.models and not local[model_name].is_file():
-            raise DownloadError(
-                f"local model {model_name!r} of pair {name!r} points to {local[model_name]}, which no longer exists;"
-                f" add the file again with `specchat models add PATH --name {model_name}`"
-            )
+            raise _gone_local(model_name, name, local[model_name])
     todo = [catalog.models[m] for m in dict.fromkeys((pair.target, pair.draft)) if m in catalog.models]
     todo = [m for m in todo if not m.installed]
     sizes = [m.size for m in todo]

@@ -6,12 +6,13 @@ import html
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import gradio as gr
 
 from specchat.engine import BackendConfig, costmodel
-from specchat.errors import SpecchatError
+from specchat.errors import COMMAND_LINE, Remedies, SpecchatError
 from specchat.host import EngineHost
 from specchat.launch import pair_calibration
 from specchat.logs import unexpected
@@ -24,6 +25,12 @@ NO_DRAFT = ""  # the draft dropdown's "none" value: lookup and plain modes need 
 NO_FILE_ACTIONS = (
     "This page is served beyond this machine without a login, so it cannot add, remove or download model files: "
     "start specchat with --auth USER:PASSWORD to have them here, or use `specchat models` on the server."
+)
+# The remedies that are this view's own fields, as the errors that name them word them (SpecchatError.worded).
+PAGE = Remedies(
+    add_file=lambda name: "in 'Add a local GGUF file' below" + (f", named {name}" if name else ""),
+    remove_model=lambda name: f"remove {name} with 'Remove model' below",
+    other_name="choose another name",
 )
 # How often a running download's progress bar is redrawn.
 PROGRESS_INTERVAL_S = 0.3
@@ -151,7 +158,7 @@ def _only(progress: str) -> tuple:
     return (progress, *[gr.skip()] * 5)
 
 
-def compatibility_html(target: str | None, draft: str | None) -> str:
+def compatibility_html(target: str | None, draft: str | None, remedies: Remedies = PAGE) -> str:
     """Why a target/draft choice will or will not work, in words (incompatible choices stay selectable)."""
     if not target:
         return '<div class="sc-compat" data-ok="none">Choose a target model.</div>'
@@ -165,7 +172,7 @@ def compatibility_html(target: str | None, draft: str | None) -> str:
         t, d = catalog.resolve_model(target, cat), catalog.resolve_model(draft, cat)
         result = check_pair(t, d)
     except SpecchatError as e:
-        return f'<div class="sc-compat" data-ok="false">{html.escape(str(e))}</div>'
+        return f'<div class="sc-compat" data-ok="false">{html.escape(e.worded(remedies))}</div>'
     if not result.ok:
         return (
             f'<div class="sc-compat" data-ok="false">{html.escape(draft)} cannot draft for {html.escape(target)}: '
@@ -197,6 +204,8 @@ class ModelsView:
         self.host = host
         self.n_ctx = n_ctx  # for models chosen one by one; a catalog pair brings its own context length
         self.file_actions = file_actions
+        # Without the file fields, adding or removing a model file is for whoever runs the server, on its command line.
+        self.remedies = PAGE if file_actions else COMMAND_LINE
         self.job: DownloadJob | None = None
         self._job_guard = threading.Lock()
 
@@ -268,7 +277,7 @@ class ModelsView:
                 message += " Loading it now."
             yield progress_html("done", message), *self._refresh()
         except SpecchatError as e:
-            yield _only(progress_html("error", str(e)))
+            yield _only(progress_html("error", e.worded(self.remedies)))
         except Exception as e:
             yield _only(progress_html("error", unexpected(e, f"Downloading {pair}")))
 
@@ -281,7 +290,8 @@ class ModelsView:
         except SpecchatError as e:
             # After Cancel, whatever ended the transfer (the cancel itself, or the connection it broke) means the same.
             cancelled = job.cancel.is_set()
-            job.error = f"Cancelled. Download {job.pair} again to resume where it stopped." if cancelled else str(e)
+            stopped = f"Cancelled. Download {job.pair} again to resume where it stopped."
+            job.error = stopped if cancelled else e.worded(self.remedies)
         except Exception as e:  # a worker that died silently would leave the pair "downloaded" with no files
             job.error = unexpected(e, f"Downloading {job.pair}")
 
@@ -303,7 +313,7 @@ class ModelsView:
         try:
             removal = download.remove(name, loaded=[path for path in loaded if path is not None])
         except SpecchatError as e:
-            return progress_html("error", str(e)), *self._refresh()
+            return progress_html("error", e.worded(self.remedies)), *self._refresh()
         except Exception as e:
             return _only(progress_html("error", unexpected(e, f"Removing {name}")))
         if removal.unregistered:
@@ -322,7 +332,7 @@ class ModelsView:
             target, draft = catalog.resolve_pair(pair, cat)
             self.host.load(target, draft, self._config(threads, gpu_layers, cat.pairs[pair].context_length))
         except SpecchatError as e:
-            gr.Warning(str(e))
+            gr.Warning(e.worded(self.remedies))
         except Exception as e:
             gr.Warning(unexpected(e, f"Loading {pair}"))
         return self.banner()
@@ -338,7 +348,7 @@ class ModelsView:
             draft_path = catalog.resolve_model(draft, cat) if draft else None
             self.host.load(target_path, draft_path, self._config(threads, gpu_layers, self.n_ctx))
         except SpecchatError as e:
-            gr.Warning(str(e))
+            gr.Warning(e.worded(self.remedies))
         except Exception as e:
             gr.Warning(unexpected(e, f"Loading {target}"))
         return self.banner()
@@ -346,10 +356,8 @@ class ModelsView:
     def add_local(self, path: str, name: str) -> tuple:
         try:
             added, file = catalog.add_local_model(path.strip(), name.strip() or None)
-        except catalog.NameTakenError as e:
-            return progress_html("error", e.advice("choose another name")), *self._refresh()
         except SpecchatError as e:
-            return progress_html("error", str(e)), *self._refresh()
+            return progress_html("error", e.worded(self.remedies)), *self._refresh()
         except Exception as e:
             return _only(progress_html("error", unexpected(e, "Adding a local model")))
         return progress_html("done", f"Added {added} ({file})."), *self._refresh()
@@ -369,7 +377,7 @@ class ModelsView:
         names = installed_models(cat)
         gr.Markdown("### Pairs\nA target model and a smaller draft model with the same tokenizer.")
         if unusable is not None:
-            note = f"Only specchat's own catalog is listed: {unusable}"
+            note = f"Only specchat's own catalog is listed: {unusable.worded(self.remedies)}"
             gr.HTML(f'<div class="sc-note" id="sc-catalog-error">{html.escape(note)}</div>')
         # Made anew as each page loads (the app's load event): what speculation buys with a pair here is known once
         # the pair has loaded.
@@ -404,8 +412,9 @@ class ModelsView:
         models = gr.HTML(models_html(cat), elem_id="sc-models-view")
         load_pair_btn.click(self.load_pair, [pair, threads, gpu_layers], banner, **SPINNER_HIDDEN)
         load_btn.click(self.load_models, [target, draft, threads, gpu_layers], banner, **SPINNER_HIDDEN)
+        check = partial(compatibility_html, remedies=self.remedies)
         for choice in (target, draft):
-            choice.change(compatibility_html, [target, draft], compat, **SPINNER_HIDDEN)
+            choice.change(check, [target, draft], compat, **SPINNER_HIDDEN)
         if not self.file_actions:
             return
 
