@@ -102,6 +102,10 @@ class RecordedDraft:
     token with its probability (off the answer, after a draft the target rejects, the recording is as good a
     guess as any: the target rejects what follows anyway). `seconds` adds up what the decoding would take."""
 
+    # ModelDrafter stops a draft at an end token; a replay never drafts past the answer's end (auto's k is capped by
+    # the tokens left), and an end guessed inside the answer is rejected there whatever follows it.
+    eog_ids: frozenset[int] = frozenset()
+
     def __init__(self, answer: Answer, n_vocab: int, prices: Prices):
         self.answer, self.n_vocab, self.prices = answer, n_vocab, prices
         self.tokens: list[int] = []
