@@ -742,3 +742,14 @@ def test_a_prompt_longer_than_the_context_says_so_in_sight_of_the_input(chat_ser
     error = page.locator('#sc-status .sc-status[data-state="error"]')
     box = error.bounding_box()  # where the window shows it, as it is scrolled now
     assert box["y"] >= 0 and box["y"] + box["height"] <= 1000, f"the error is out of sight at {box}"
+
+
+@pytest.mark.parametrize("height", [800, 900, 1080])
+def test_the_chat_and_every_control_under_it_are_in_sight_of_a_window_so_high(chat_server, new_page, height):
+    page = new_page(chat_server.url, width=1400, height=height)
+    page.wait_for_selector('#sc-model .sc-model[data-state="ready"]', timeout=180_000)
+    chat = page.locator("#sc-chat-overlay").bounding_box()
+    for control in ("#sc-status", "#sc-input", "#sc-send", "#sc-regenerate", "#sc-clear"):
+        box = page.locator(control).bounding_box()
+        assert box["y"] >= chat["y"] + chat["height"] and box["y"] + box["height"] <= height, (control, box, chat)
+    assert chat["y"] >= 0 and chat["height"] >= 320, chat

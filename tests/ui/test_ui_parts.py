@@ -33,7 +33,7 @@ from specchat.ui.overlay import (
     safe_markdown,
 )
 from specchat.ui.settings import Settings, load_settings, save_settings, settings_path
-from specchat.ui.stats_view import acceptance_svg, stats_html
+from specchat.ui.stats_view import TICK_ROOM_PX, acceptance_svg, stats_html
 
 
 class _Tokens(HTMLParser):
@@ -225,6 +225,18 @@ def test_stats_panel_and_plot_show_the_numbers():
     assert len(heights) == 3 and heights[0] > heights[1] == heights[2] > 0
     assert "position 1: 2 of 2 accepted (100%)" in svg
     assert "sc-stats-empty" in stats_html(None) and "sc-plot-empty" in acceptance_svg(None)
+
+
+@pytest.mark.parametrize(("k", "labelled"), [(3, [1, 2, 3]), (16, list(range(1, 17))), (31, list(range(2, 31, 2)))])
+def test_the_plot_labels_draft_positions_without_running_one_label_into_the_next(k, labelled):
+    stats = Stats(mode="auto")
+    stats.record_draft(k, k)
+    svg = acceptance_svg(stats)
+    ticks = re.findall(r'<text x="([\d.]+)" y="\d+" text-anchor="middle" class="sc-tick">(\d+)</text>', svg)
+    assert [int(label) for _, label in ticks] == labelled
+    xs = [float(x) for x, _ in ticks]
+    assert min(b - a for a, b in zip(xs, xs[1:])) >= TICK_ROOM_PX
+    assert len(re.findall('class="sc-bar"', svg)) == k
 
 
 def test_a_k4_answer_that_ends_at_max_tokens_shows_draft_length_4(tiny_model):

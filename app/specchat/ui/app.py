@@ -595,7 +595,11 @@ def build_app(
                                 initial.overlay, label="Token overlay", container=False, elem_id="sc-overlay-switch"
                             )
                         common = dict(
-                            height=520,
+                            # The window's height less what sits above and below the chat (the header, the legend,
+                            # the status line, the input, Regenerate and Clear), so that all of it is in sight: at a
+                            # fixed height, Clear fell below the edge of a 900 px window.
+                            height="calc(100vh - 410px)",
+                            min_height=320,
                             latex_delimiters=[],
                             show_label=False,
                             feedback_options=None,

@@ -78,6 +78,16 @@ def stats_html(stats: Stats | None) -> str:
     )
 
 
+# The least room a position's label needs: two digits of the plot's tick font, with a gap.
+TICK_ROOM_PX = 14
+
+
+def tick_step(slot: float) -> int:
+    """Every how many draft positions the plot labels one, for slot px per position: at a draft of 31, every label
+    in a 280 px plot ran into the next."""
+    return next((step for step in (1, 2, 5, 10) if slot * step >= TICK_ROOM_PX), 10)
+
+
 def acceptance_svg(stats: Stats | None, width: int = 280, height: int = 150) -> str:
     """Bars of the share of drafts accepted at each draft position, for the latest answer."""
     rates = stats.acceptance_by_pos if stats is not None else []
@@ -89,6 +99,7 @@ def acceptance_svg(stats: Stats | None, width: int = 280, height: int = 150) -> 
     left, right, top, bottom = 34, 8, 18, 30
     plot_w, plot_h = width - left - right, height - top - bottom
     slot = plot_w / len(rates)
+    step = tick_step(slot)
     parts = [
         '<div class="sc-plot-box">',  # one root element, empty or not: the page's feed updates its children
         f'<svg class="sc-plot" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
@@ -107,10 +118,11 @@ def acceptance_svg(stats: Stats | None, width: int = 280, height: int = 150) -> 
             f'width="{slot * 0.7:.1f}" height="{bar_h:.1f}">'
             f"<title>position {i + 1}: {accepted} of {drafted} accepted ({rate:.0%})</title></rect>"
         )
-        parts.append(
-            f'<text x="{x + slot * 0.35:.1f}" y="{height - bottom + 14}" text-anchor="middle" class="sc-tick">'
-            f"{i + 1}</text>"
-        )
+        if (i + 1) % step == 0 or (i == 0 and step > 2):
+            parts.append(
+                f'<text x="{x + slot * 0.35:.1f}" y="{height - bottom + 14}" text-anchor="middle" class="sc-tick">'
+                f"{i + 1}</text>"
+            )
     parts.append(
         f'<text x="{left + plot_w / 2:.1f}" y="{height - 4}" text-anchor="middle" class="sc-tick">draft position</text>'
     )
