@@ -15,6 +15,7 @@ import pytest
 
 from specchat.errors import NotGGUFError, Remedies, SpecchatError
 from specchat.models import catalog as cat
+from specchat.models import download
 
 from .support import REPO_ROOT, run_cli, subprocess_env, write_catalog
 
@@ -277,6 +278,11 @@ def test_a_local_model_whose_file_went_away_says_so(tmp_path: Path, smollm: Path
         add_file=lambda name: f"<add as {name}>", remove_model=lambda name: f"<remove {name}>", other_name=""
     )
     assert refused.value.worded(elsewhere) == f"{gone}; <remove gone>, or add the file again <add as gone>"
+    # A download of a pair that uses it stops with the same words, before anything is fetched.
+    write_catalog(cat.user_catalog_path(), '[pairs.mine]\ntarget = "gone"\ndraft = "gone"\n')
+    with pytest.raises(cat.NotInstalledError) as downloading:
+        download.download_pair("mine")
+    assert str(downloading.value) == str(refused.value)
 
 
 def test_models_list_json_lists_every_pair_with_both_files_and_the_default(capsys):

@@ -470,8 +470,9 @@ def _looks_like_path(arg: str) -> bool:
     return os.sep in arg or "/" in arg or arg.endswith(".gguf") or arg.startswith("~")
 
 
-def _installed_file(name: str, catalog: Catalog, local: dict[str, Path]) -> Path | None:
-    """The file of a catalog or local model; None for a catalog model not downloaded yet."""
+def installed_file(name: str, catalog: Catalog, local: dict[str, Path]) -> Path | None:
+    """The file of a catalog or local model; None for a catalog model not downloaded yet. Raises NotInstalledError
+    for a local model whose file has gone."""
     if name in catalog.models:
         model = catalog.models[name]
         return model.path if model.installed else None
@@ -500,7 +501,7 @@ def resolve_model(arg: str, catalog: Catalog | None = None) -> Path:
         catalog = catalog or load_catalog()
         local = local_models()
         if arg in catalog.models or arg in local:
-            path = _installed_file(arg, catalog, local)
+            path = installed_file(arg, catalog, local)
             if path is None:
                 raise NotInstalledError(f"model {arg!r} is not downloaded yet: run `specchat models download {arg}`")
             return path
@@ -523,7 +524,7 @@ def resolve_pair(name: str, catalog: Catalog | None = None) -> tuple[Path, Path]
             f"unknown pair {name!r}: run `specchat models list` to see the pairs, then `specchat models download NAME`"
         )
     local = local_models()
-    paths = [_installed_file(model, catalog, local) for model in (pair.target, pair.draft)]
+    paths = [installed_file(model, catalog, local) for model in (pair.target, pair.draft)]
     missing = [model for model, path in zip((pair.target, pair.draft), paths, strict=True) if path is None]
     if missing:
         raise NotInstalledError(

@@ -44,6 +44,7 @@ from specchat.models.catalog import (
     Catalog,
     ModelSource,
     UnknownNameError,
+    installed_file,
     load_catalog,
     local_models,
     remove_local_model,
@@ -221,15 +222,6 @@ def _hub_error(e: Exception, repo: str, filename: str, revision: str, endpoint: 
         lambda say: (
             f"cannot reach the Hugging Face hub ({host}) to download {filename}: check your internet"
             f" connection and try again, or register a GGUF file you already have {say.add_file(None)}"
-        )
-    )
-
-
-def _gone_local(model: str, pair: str, path: Path) -> DownloadError:
-    return DownloadError(
-        lambda say: (
-            f"local model {model!r} of pair {pair!r} points to {path}, which no longer exists; add the file"
-            f" again {say.add_file(model)}"
         )
     )
 
@@ -457,8 +449,7 @@ def download_pair(
         raise UnknownNameError(f"unknown pair {name!r}: run `specchat models list` to see the pairs")
     local = local_models()
     for model_name in (pair.target, pair.draft):
-        if model_name not in catalog.models and not local[model_name].is_file():
-            raise _gone_local(model_name, name, local[model_name])
+        installed_file(model_name, catalog, local)  # a local model's file that has gone stops the download here
     todo = [catalog.models[m] for m in dict.fromkeys((pair.target, pair.draft)) if m in catalog.models]
     todo = [m for m in todo if not m.installed]
     sizes = [m.size for m in todo]

@@ -158,7 +158,7 @@ def _only(progress: str) -> tuple:
     return (progress, *[gr.skip()] * 5)
 
 
-def compatibility_html(target: str | None, draft: str | None, remedies: Remedies = PAGE) -> str:
+def compatibility_html(target: str | None, draft: str | None, remedies: Remedies) -> str:
     """Why a target/draft choice will or will not work, in words (incompatible choices stay selectable)."""
     if not target:
         return '<div class="sc-compat" data-ok="none">Choose a target model.</div>'
@@ -406,13 +406,13 @@ class ModelsView:
                 elem_id="sc-draft",
             )
             load_btn = gr.Button("Load", variant="primary", elem_id="sc-load", scale=0, min_width=130)
-        compat = gr.HTML(compatibility_html(None, None), elem_id="sc-compat")
+        check = partial(compatibility_html, remedies=self.remedies)
+        compat = gr.HTML(check(None, None), elem_id="sc-compat")
 
         gr.Markdown("### Models")
         models = gr.HTML(models_html(cat), elem_id="sc-models-view")
         load_pair_btn.click(self.load_pair, [pair, threads, gpu_layers], banner, **SPINNER_HIDDEN)
         load_btn.click(self.load_models, [target, draft, threads, gpu_layers], banner, **SPINNER_HIDDEN)
-        check = partial(compatibility_html, remedies=self.remedies)
         for choice in (target, draft):
             choice.change(check, [target, draft], compat, **SPINNER_HIDDEN)
         if not self.file_actions:
