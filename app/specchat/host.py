@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specchat.engine import BackendConfig, Engine
 from specchat.errors import SpecchatError
+from specchat.logs import LOGGER
 from specchat.models.catalog import cache_dir
+from specchat.models.in_use import LoadedFiles
 
 # How long a page's request waiting in line sleeps between looks at its place (and at its Stop button).
 WAIT_POLL_S = 0.25
@@ -37,6 +40,7 @@ class EngineHost:
         )
         self._started = 0.0
         self._guard = threading.Lock()  # guards engine and _status
+        self._loaded_files = LoadedFiles()  # what other processes' removals must leave alone
         self._line: list[object] = []  # chat requests in arrival order; the first one holds the turn
         # Set as the process shuts down: answers under way end at their next token and say why (api/generation.py).
         self.closing = threading.Event()
@@ -59,6 +63,7 @@ class EngineHost:
             names = target.name + (f" drafted by {draft.name}" if draft else "")
             self._status = HostStatus("loading", f"Loading {names}…", target, draft, 0)
             self._started = time.perf_counter()
+            self._record([target] + ([draft] if draft else []))
         threading.Thread(target=self._load, args=(target, draft, config), daemon=True, name="specchat-load").start()
 
     def _load(self, target: Path, draft: Path | None, config: BackendConfig) -> None:
@@ -98,6 +103,22 @@ class EngineHost:
     def _finish(self, state: str, message: str, target: Path, draft: Path | None) -> None:
         with self._guard:
             self._status = HostStatus(state, message, target, draft, time.perf_counter() - self._started)
+            if state == "error":  # the old engine was closed before the load began: nothing is held
+                self._record([])
+
+    def _record(self, files: list[Path]) -> None:
+        try:
+            self._loaded_files.hold(files)
+        except OSError as e:  # a read-only cache folder: only another process's removal goes unwarned
+            LOGGER.warning("could not record the loaded model in the cache folder (%s)", e)
+
+    @contextmanager
+    def files_held(self) -> Iterator[list[Path]]:
+        """The files the engine holds, or a load under way will hold. No load starts until the block ends, so that a
+        removal that checked them cannot delete a file that a load then opens."""
+        with self._guard:
+            s = self._status
+            yield [p for p in (s.target, s.draft) if p is not None] if s.state in ("loading", "ready") else []
 
     def wait_loaded(self, timeout: float | None = None, on_message: Callable[[str], None] | None = None) -> HostStatus:
         """Block until no load is running: for callers that need the outcome before going on.
@@ -119,6 +140,8 @@ class EngineHost:
         if engine is not None:
             with engine.lock:
                 engine.close()
+        with self._guard:
+            self._record([])
 
     # Taking turns: the engine answers one request at a time, first come first served.
 

@@ -402,3 +402,46 @@ def test_cli_downloads_a_pair_and_removes_it_with_its_partial_files(
     for model in hub_catalog.models.values():
         assert not model.path.exists() and not dl.partial_path(model.path).exists()
     assert cat.installed_default_pair() is None
+
+
+HOLD_AND_WAIT = """
+import sys
+from pathlib import Path
+from specchat.models.in_use import LoadedFiles
+held = LoadedFiles()  # kept in a name: FileLock lets its lock go when collected
+held.hold([Path(sys.argv[1])])
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_model_another_process_has_loaded_is_not_removed_until_that_process_is_gone(
+    fake_hub: FakeHub, hub_catalog, smollm, monkeypatch, capsys
+):
+    fake_hub.add(REPO, smollm)
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    installed = dl.download_model("smol")
+    # The record a running app keeps, from a process of its own, as the app's is to a terminal's removal.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_AND_WAIT, str(installed)],
+        env=subprocess_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert run_cli("remove", "smol") == 1
+        assert capsys.readouterr().err == (
+            f"error: smol is loaded by the specchat running as process {holder.pid}; load another pair there, or"
+            " quit it, before removing it\n"
+        )
+        assert installed.is_file()
+    finally:
+        holder.kill()  # as a crash ends it: its record stays behind, its lock goes with it
+        holder.wait()
+    records = cat.cache_dir() / "loaded"
+    assert sorted(p.suffix for p in records.iterdir()) == [".json", ".lock"]
+    assert run_cli("remove", "smol") == 0
+    assert f"deleted {installed}" in capsys.readouterr().out and not installed.exists()
+    assert list(records.iterdir()) == []  # the dead process's record was swept, not trusted

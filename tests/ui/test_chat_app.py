@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
+import subprocess
+import sys
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -13,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+from helpers import Server
 
 pytestmark = [pytest.mark.browser, pytest.mark.models]
 
@@ -533,6 +538,13 @@ def test_the_default_pair_downloads_in_one_click_with_progress_and_cancel(hub_se
     )
 
 
+def remove_from_the_command_line(server: Server, name: str) -> subprocess.CompletedProcess:
+    """`specchat models remove NAME` in a process of its own, with the server's home and catalog."""
+    env = {**os.environ, "SPECCHAT_HOME": str(server.home), "SPECCHAT_CATALOG": str(server.home / "catalog.toml")}
+    command = [sys.executable, "-m", "specchat", "models", "remove", name]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+
 def test_the_loaded_pair_is_not_removed_until_another_is_loaded(installed_server, new_page, tiny_model):
     server, installed = installed_server
     page = new_page(server.url)
@@ -548,6 +560,14 @@ def test_the_loaded_pair_is_not_removed_until_another_is_loaded(installed_server
     page.get_by_text("smol is loaded; load another pair before removing it", exact=True).wait_for()
     assert installed.is_file()
     assert page.locator('#sc-pairs tr[data-pair="smol-pair"]').get_attribute("data-state") == "installed"
+    # From a terminal, the command line refuses it too: it knows what the running app holds.
+    refused = remove_from_the_command_line(server, "smol-pair")
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr == (
+        f"error: smol-pair is loaded by the specchat running as process {server.proc.pid}; load another pair there,"
+        " or quit it, before removing it\n"
+    )
+    assert installed.is_file()
 
     # Another model loaded (the same weights from another file), the pair's file is no longer in use.
     page.fill("#sc-local-path textarea, #sc-local-path input", str(tiny_model))

@@ -4,8 +4,11 @@ settings, the engine host's line and loading, and what a chat request does when 
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -389,6 +392,40 @@ def test_a_turn_taken_while_a_model_loads_waits_for_it_in_arrival_order(tiny_mod
             pass
     assert host.in_line() == 0
     host.close()
+
+
+SEEN_ELSEWHERE = """
+import json
+from specchat.models.in_use import held_elsewhere
+print(json.dumps({str(path): pid for path, pid in held_elsewhere().items()}))
+"""
+
+
+def _held_as_another_process_sees_it() -> dict[str, int]:
+    seen = subprocess.run([sys.executable, "-c", SEEN_ELSEWHERE], capture_output=True, text=True, check=True)
+    return json.loads(seen.stdout)
+
+
+@pytest.mark.models
+def test_a_load_asked_for_while_a_removal_checks_the_files_waits_for_it_and_others_see_what_it_holds(
+    tiny_model, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("SPECCHAT_HOME", str(tmp_path))
+    host = EngineHost(draft_as_is=True)
+    loader = threading.Thread(target=host.load, args=(tiny_model, None, _config()))
+    with host.files_held() as held:
+        assert held == []
+        loader.start()
+        loader.join(0.5)
+        assert loader.is_alive()  # held back: the removal may still delete the file it would open
+    loader.join(10)
+    with host.files_held() as held:
+        assert held == [tiny_model]
+    # Another process (a terminal's `specchat models remove`) sees it from the moment the load begins.
+    assert _held_as_another_process_sees_it() == {str(tiny_model.resolve()): os.getpid()}
+    assert host.wait_loaded(120).state == "ready"
+    host.close()
+    assert _held_as_another_process_sees_it() == {}
 
 
 @pytest.fixture

@@ -49,6 +49,7 @@ from specchat.models.catalog import (
     local_models,
     remove_local_model,
 )
+from specchat.models.in_use import held_elsewhere
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # Progress callbacks at most this often (plus the first and the last), so a UI is not flooded.
@@ -481,7 +482,10 @@ def _delete_model_files(model: ModelSource) -> list[Path]:
     deleted = []
     for path in (model.path, partial_path(model.path), _state_path(model.path), _lock_path(model.path)):
         if path.exists():
-            path.unlink()
+            try:
+                path.unlink()
+            except OSError as e:  # a read-only models folder; on Windows, a file another program has open
+                raise DownloadError(f"cannot delete {path}: {e.strerror or e}") from None
             deleted.append(path)
     return deleted
 
@@ -520,4 +524,11 @@ def remove(name: str, catalog: Catalog | None = None, loaded: Collection[Path] =
     loaded_files = {path.resolve() for path in loaded}
     if any(model.path.resolve() in loaded_files for model in doomed):
         raise ModelInUseError(f"{name} is loaded; load another pair before removing it")
+    elsewhere = held_elsewhere()
+    for model in doomed:
+        if (pid := elsewhere.get(model.path.resolve())) is not None:
+            raise ModelInUseError(
+                f"{name} is loaded by the specchat running as process {pid}; load another pair there, or quit it,"
+                " before removing it"
+            )
     return Removal([path for model in doomed for path in _delete_model_files(model)], kept, [])

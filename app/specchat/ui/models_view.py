@@ -307,11 +307,9 @@ class ModelsView:
         file stays)."""
         if not name:
             return progress_html("error", "Choose what to remove first."), *self._refresh()
-        status = self.host.status()
-        # A load that failed holds no file; one under way will hold its files, as the loaded engine does.
-        loaded = (status.target, status.draft) if status.state in ("loading", "ready") else ()
         try:
-            removal = download.remove(name, loaded=[path for path in loaded if path is not None])
+            with self.host.files_held() as loaded:
+                removal = download.remove(name, loaded=loaded)
         except SpecchatError as e:
             return progress_html("error", e.worded(self.remedies)), *self._refresh()
         except Exception as e:
