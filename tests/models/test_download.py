@@ -445,3 +445,12 @@ def test_a_model_another_process_has_loaded_is_not_removed_until_that_process_is
     assert run_cli("remove", "smol") == 0
     assert f"deleted {installed}" in capsys.readouterr().out and not installed.exists()
     assert list(records.iterdir()) == []  # the dead process's record was swept, not trusted
+
+
+def test_a_file_that_cannot_be_deleted_is_named_in_one_line(hub_catalog, capsys):
+    # A folder where the partial download would be: unlink fails on it even for root, as a read-only folder would.
+    part = dl.partial_path(hub_catalog.models["smol"].path)
+    part.mkdir(parents=True)
+    assert run_cli("remove", "smol") == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot delete {part}: ") and err.count("\n") == 1, err  # the OS's reason
