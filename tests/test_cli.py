@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
+import re
 import signal
 import socket
 import subprocess
@@ -320,3 +323,27 @@ def resident_mb(pid: int) -> int:
     except OSError:  # gone
         return 0
     return int(status.split("VmRSS:")[1].split()[0]) // 1024 if "VmRSS:" in status else 0
+
+
+def test_a_long_prompt_shows_how_far_it_has_been_read_on_a_terminal(tiny_model):
+    command = [sys.executable, "-m", "specchat", "generate", "--target", str(tiny_model), "--mode", "plain"]
+    args = ["--prompt", "word " * 1500, "--max-tokens", "4", "--threads", "1"]
+    terminal, stderr = pty.openpty()  # standard error on a terminal, as a user's is; the answer goes to a pipe
+    proc = subprocess.Popen([*command, *args], stdout=subprocess.PIPE, stderr=stderr, env=subprocess_env())
+    os.close(stderr)
+    said = b""
+    while chunk := _read_or_end(terminal):
+        said += chunk
+    os.close(terminal)
+    assert proc.wait(120) == 0 and proc.stdout.read()
+    text = said.decode()
+    read = re.findall(r"\rreading the prompt: ([\d,]+) of ([\d,]+) tokens", text)
+    assert [done for done, _ in read] == ["512", "1,024"] and len({total for _, total in read}) == 1, text
+    assert text.index("\r\033[K") > text.index("1,024 of")  # the line cleared for the answer's
+
+
+def _read_or_end(fd: int) -> bytes:
+    try:
+        return os.read(fd, 4096)
+    except OSError:  # the process has closed its side of the terminal
+        return b""

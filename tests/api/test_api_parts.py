@@ -148,9 +148,24 @@ def test_messages_must_be_text_in_known_roles():
         chat(messages=[{"role": "developer", "content": "Be brief."}, {"role": "user", "content": parts}]), 8
     )
     assert ask.messages == ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "one\ntwo"})
-    # An assistant turn with no content, as OpenAI's API takes it.
+    # An assistant turn with no content, and one that refused, as OpenAI's API takes them.
     turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": None}, *HELLO]
     assert chat_request(chat(messages=turns), 8).messages[1] == {"role": "assistant", "content": ""}
+    turns[1] = {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't."}]}
+    assert chat_request(chat(messages=turns), 8).messages[1] == {"role": "assistant", "content": "I can't."}
+    # A part that is not media is not called so: what is wrong with it is said.
+    for part, param, says in (
+        ({"type": "text"}, "messages[0].content[0].text", "messages[0].content[0].text must be a string"),
+        ({"type": "text", "text": 5}, "messages[0].content[0].text", "must be a string"),
+        ({"type": "input_text", "text": "hi"}, "messages[0].content[0]", "a part of type 'input_text'; text goes in"),
+        ({"type": "refusal", "refusal": "no"}, "messages[0].content[0]", "a part of type 'refusal'"),  # a user's
+        ("hi", "messages[0].content[0]", "a part with no type"),
+    ):
+        error = refused(chat_request, chat(messages=[{"role": "user", "content": [part]}]))
+        assert error.param == param and says in error.message and "text only" not in error.message, error.message
+    # Text that is not valid Unicode is named by its parameter, counted from 0 as every other one.
+    lone = refused(chat_request, chat(messages=[*HELLO, {"role": "user", "content": "abc \ud800"}]))
+    assert lone.param == "messages[1].content" and lone.message.startswith("messages[1].content is not valid Unicode")
 
 
 def test_completions_take_one_text_prompt():
@@ -158,6 +173,13 @@ def test_completions_take_one_text_prompt():
     assert completion_request({"prompt": ["Once upon"]}, 8).prompt == "Once upon"
     assert refused(completion_request, {"prompt": ["a", "b"]}).code == "unsupported_parameter"
     assert refused(completion_request, {"prompt": ""}).param == "prompt"
+    for ids in ([1, 2, 3], [[1, 2], [3]]):  # OpenAI's token-id prompts
+        error = refused(completion_request, {"prompt": ids})
+        assert error.message == "a prompt of token ids is not supported: send the prompt as text", error.message
+    assert refused(completion_request, {"prompt": "\udfff"}).param == "prompt"
+    # Token kinds come with streamed chunks: asked for without a stream, they are refused, not left out.
+    kinds = refused(completion_request, {"prompt": "x", "return_token_kinds": True})
+    assert kinds.param == "return_token_kinds" and "needs stream: true" in kinds.message
     assert refused(completion_request, {"prompt": "x", "echo": True}).param == "echo"
     assert refused(completion_request, {"prompt": "x", "logprobs": 0}).param == "logprobs"
     assert refused(completion_request, ["not", "an", "object"]).message == "the request body must be a JSON object"

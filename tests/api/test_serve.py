@@ -78,6 +78,11 @@ def test_models_names_the_loaded_pair_and_health_needs_no_key(client, api_server
     assert model.owned_by == "specchat" and extra(model, "status") == "ready"
     status, health = raw(api_server, "/health", key=None)
     assert status == 200 and health["status"] == "ok" and health["requests_in_line"] == 0
+    # HEAD, as health checks and monitors ask: the GET's status and headers, no body.
+    for path, auth in (("/health", {}), ("/v1/models", {"Authorization": f"Bearer {KEY}"})):
+        head = urllib.request.Request(api_server.url + path.lstrip("/"), method="HEAD", headers=auth)
+        with urllib.request.urlopen(head, timeout=60) as response:
+            assert response.status == 200 and response.read() == b"", path
 
 
 def test_a_chat_answer_carries_usage_and_llama_server_timings(client):
@@ -321,6 +326,17 @@ def test_a_client_that_gives_up_on_a_whole_answer_stops_it(api_server):
         raw(api_server, "/v1/completions", json.dumps(COUNT_ON).encode(), timeout=3)
     stopped = wait_for_log(api_server, STOPPED, count=before + 1)[-1]
     assert int(stopped[1]) < 1500
+    wait_for_line(api_server, 0)
+
+
+def test_a_client_that_leaves_while_its_long_prompt_is_read_stops_the_read_between_batches(api_server):
+    before = len(wait_for_log(api_server, STOPPED, count=0))
+    # Near the 2048-token context: 4 of llama.cpp's batches of 512, each seconds on one thread.
+    body = json.dumps({"prompt": "word " * 1950, "max_tokens": 8, "temperature": 0}).encode()
+    with pytest.raises(TimeoutError):
+        raw(api_server, "/v1/completions", body, timeout=0.5)
+    stopped = wait_for_log(api_server, STOPPED, count=before + 1)[-1]
+    assert int(stopped[1]) == 0  # not one token: the read stopped at its next batch, not at its end
     wait_for_line(api_server, 0)
 
 

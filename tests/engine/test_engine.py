@@ -392,3 +392,29 @@ def test_the_weights_llama_cpp_copies_sit_on_huge_pages_and_decode_the_same(qwen
     # A fresh process, one model: the 0.5B's Q4_K weights, repacked for AVX2/AVX-512 CPUs into memory of llama.cpp's
     # own, are about 150 MB of it; the rest stays in the file's mapping.
     assert runs["on"][1] - runs["off"][1] > 100_000
+
+
+def test_a_prompt_read_in_batches_is_heard_and_can_be_stopped_between_them(tiny_model):
+    engine = Engine.load(tiny_model, config=BackendConfig(n_ctx=512, n_batch=32, n_threads=1))
+    try:
+        settings = GenerationSettings(mode="plain", max_tokens=8)
+        prompt = engine.text_prompt("Count the sheep: " + "one sheep, " * 30)
+        unwatched = [e.token for e in engine.generate_tokens(prompt, settings)]
+        engine.target.rollback(0)
+        heard = []
+
+        def stop_after_two_batches(done: int, total: int) -> bool:
+            heard.append((done, total))
+            return done < 64
+
+        assert list(engine.generate_tokens(prompt, settings, stop_after_two_batches)) == []
+        n = len(prompt) - 1  # the target reads all but the last token, which its first step decodes
+        assert heard == [(0, n), (32, n), (64, n)] and n > 64
+        assert engine.last_stats.finish_reason == "closed" and engine.last_stats.tokens == 0
+        assert engine.target.n_past == 64  # what was read is kept: the prompt sent again reads on from there
+        heard.clear()
+        watched = [e.token for e in engine.generate_tokens(prompt, settings, lambda *read: heard.append(read) or True)]
+        assert heard[0] == (0, n - 64) and heard[-1] == (n - 64, n - 64)
+        assert watched == unwatched
+    finally:
+        engine.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -187,6 +188,21 @@ def test_stop_ends_a_long_answer_and_the_chat_goes_on(chat_server, new_page, art
         assert user_messages(page) == [LONG_PROMPT, "Now say hello in one short sentence."]
     finally:
         set_max_tokens(page, 160, settings_file(chat_server))
+
+
+def test_stop_while_a_long_prompt_is_read_ends_it_at_the_next_batch_and_the_chat_goes_on(chat_server, new_page):
+    page = open_chat(new_page, chat_server.url)
+    mark = send(page, "word " * 3500)  # 7 of llama.cpp's batches of 512 tokens: many seconds on one thread
+    reading = page.locator('#sc-status .sc-status[data-state="generating"]')
+    reading.get_by_text(re.compile(r"^Reading the prompt: [\d,]+ of [\d,]+ tokens…$")).wait_for(timeout=120_000)
+    page.click("#sc-stop")
+    seen = settle(page, mark)
+    assert seen[-1][0] == "stopped", seen[-1]
+    assert stat(page, "tokens") == "0"  # not one token: the read stopped between batches, not at its end
+    page.click("#sc-clear")
+    seen = settle(page, send(page, "Now say hello in one short sentence."))
+    assert seen[-1][0] == "done", seen[-1]
+    assert token_count(page) > 0
 
 
 def test_markdown_view_regenerate_and_clear(chat_server, new_page):

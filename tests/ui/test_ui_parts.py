@@ -483,7 +483,7 @@ def test_a_failure_at_the_start_of_an_answer_frees_the_engine_and_the_next_messa
     request = gr.Request(session_hash="tab")
     engine = tiny_host.engine
 
-    def broken_chat(messages, settings):  # a fault no check foresaw, in the real engine
+    def broken_chat(messages, settings, reading=None):  # a fault no check foresaw, in the real engine
         raise RuntimeError("the tokenizer broke")
 
     monkeypatch.setattr(engine, "chat", broken_chat)
@@ -505,8 +505,8 @@ def test_a_failure_mid_answer_keeps_the_text_so_far_and_frees_the_engine(tiny_ho
     engine = tiny_host.engine
     real_chat = engine.chat
 
-    def failing_after_3_tokens(messages, settings):
-        for i, event in enumerate(real_chat(messages, settings)):
+    def failing_after_3_tokens(messages, settings, reading=None):
+        for i, event in enumerate(real_chat(messages, settings, reading)):
             if i == 3:
                 raise OSError("the disk went away")
             yield event

@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 
 from specchat.api.params import ApiError
-from specchat.engine import Engine, Stats, TokenEvent
+from specchat.engine import Engine, Reading, Stats, TokenEvent
 from specchat.host import EngineHost, Turn
 from specchat.logs import LOGGER
 
@@ -17,7 +17,8 @@ from specchat.logs import LOGGER
 POLL_S = 0.1
 _END = object()
 
-Start = Callable[[Engine], tuple[list[int], Iterator[TokenEvent]]]
+# What a request runs once it holds the engine: (prompt tokens, token events), given what hears of the prompt's reading.
+Start = Callable[[Engine, Reading], tuple[list[int], Iterator[TokenEvent]]]
 
 
 def log(message: str) -> None:
@@ -48,8 +49,8 @@ class Generation:
     """
 
     def __init__(self, host: EngineHost, engine: Engine, start: Start, label: str):
-        """start(engine) -> (prompt tokens, token events): run once this request holds the engine. label: the kind of
-        request, for the log."""
+        """start: run once this request holds the engine; the reading it is given stops at the prompt's next batch
+        once the client has gone. label: the kind of request, for the log."""
         self._loop = asyncio.get_running_loop()
         self._items: asyncio.Queue[object] = asyncio.Queue()
         self._stop = threading.Event()
@@ -74,7 +75,7 @@ class Generation:
                         return
                     if self._closing.is_set():
                         raise _shutting_down(0)
-                prompt, events = start(turn.engine)
+                prompt, events = start(turn.engine, self._reading)
                 self.prompt_tokens = len(prompt)
                 try:
                     for event in events:
@@ -84,14 +85,18 @@ class Generation:
                             break
                 finally:
                     events.close()  # the engine's loop ends here, before the turn frees the engine
+                tokens = self.stats.tokens if self.stats else 0  # no stats: stopped while reading the prompt
                 if self._stop.is_set():
-                    log(f"{self.label}: the client went away; stopped after {self.stats.tokens} tokens")
-                elif self._closing.is_set() and self.stats.finish_reason == "closed":
-                    raise _shutting_down(self.stats.tokens)
+                    log(f"{self.label}: the client went away; stopped after {tokens} tokens")
+                elif self._closing.is_set() and (self.stats is None or self.stats.finish_reason == "closed"):
+                    raise _shutting_down(tokens)
         except Exception as e:  # the client hears of it, as an error status or an error event
             self._hand(e)
         finally:
             self._hand(_END)
+
+    def _reading(self, _done: int, _total: int) -> bool:
+        return not (self._stop.is_set() or self._closing.is_set())
 
     def log_end(self) -> None:
         """Log what was made, before the client can see the end (so that the log is complete when it does)."""

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from specchat.engine import FIXED_K_MODES, MODES, GenerationSettings, SamplingParams
 from specchat.engine.calibration import K_LONG
+from specchat.engine.text import check_text
+from specchat.errors import InvalidInputError
 
 # The longest fixed draft a request may ask for: auto mode's own longest (past it, each failed draft costs a verify
 # batch of dozens of tokens).
@@ -125,7 +127,12 @@ def _streaming(body: dict) -> dict:
         if not isinstance(options, dict):
             raise ApiError("stream_options must be an object", "stream_options")
         include_usage = _bool(options, "include_usage", "stream_options.include_usage")
-    return {"stream": stream, "include_usage": include_usage, "token_kinds": _bool(body, "return_token_kinds")}
+    token_kinds = _bool(body, "return_token_kinds")
+    if token_kinds and not stream:
+        raise ApiError(
+            "return_token_kinds needs stream: true (each streamed chunk says its token's kind)", "return_token_kinds"
+        )
+    return {"stream": stream, "include_usage": include_usage, "token_kinds": token_kinds}
 
 
 def settings_of(body: dict, default_max_tokens: int) -> GenerationSettings:
@@ -217,11 +224,18 @@ def _message(message: object, where: str) -> dict:
     content = message.get("content")
     if content is None and role == "assistant":  # OpenAI's shape of an assistant turn that said nothing
         content = ""
-    return {"role": ROLES[role], "content": _text_content(content, f"{where}.content")}
+    text = _text_content(content, f"{where}.content", role == "assistant")
+    _unicode(text, f"{where}.content")
+    return {"role": ROLES[role], "content": text}
 
 
-def _text_content(content: object, where: str) -> str:
-    """A message's text: a string, or a list of text parts (joined by newlines); images and audio are refused."""
+# Parts that carry what a text model cannot read.
+_MEDIA_PARTS = {"image_url", "input_image", "image", "input_audio", "audio", "file", "input_file", "video_url"}
+
+
+def _text_content(content: object, where: str, assistant: bool) -> str:
+    """A message's text: a string, or a list of text parts (joined by newlines), an assistant's refusal parts too;
+    images and audio are refused."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -229,15 +243,27 @@ def _text_content(content: object, where: str) -> str:
     texts = []
     for i, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind != "text" or not isinstance(part.get("text"), str):
-            what = f"{kind!r} content" if kind else "a part that is not a text part"
+        field = "refusal" if assistant and kind == "refusal" else "text"
+        if kind in _MEDIA_PARTS:
             raise ApiError(
-                f"{where}[{i}]: {what} is not supported: the models are text only",
+                f"{where}[{i}]: {kind!r} content is not supported: the models are text only",
                 f"{where}[{i}]",
                 "unsupported_content",
             )
-        texts.append(part["text"])
+        if kind not in ("text", field):
+            what = f"a part of type {kind!r}" if isinstance(kind, str) else "a part with no type"
+            raise ApiError(f'{where}[{i}]: {what}; text goes in {{"type": "text", "text": ...}} parts', f"{where}[{i}]")
+        if not isinstance(part.get(field), str):
+            raise ApiError(f"{where}[{i}].{field} must be a string", f"{where}[{i}].{field}")
+        texts.append(part[field])
     return "\n".join(texts)
+
+
+def _unicode(text: str, param: str) -> None:
+    try:
+        check_text(text, param)
+    except InvalidInputError as e:
+        raise ApiError(str(e), param) from None
 
 
 def prompt_of(body: dict) -> str:
@@ -248,8 +274,13 @@ def prompt_of(body: dict) -> str:
         raise ApiError(
             "one prompt per request: the engine makes one answer at a time", "prompt", "unsupported_parameter"
         )
+    if isinstance(prompt, list) and prompt and all(isinstance(p, int | list) for p in prompt):
+        raise ApiError(
+            "a prompt of token ids is not supported: send the prompt as text", "prompt", "unsupported_parameter"
+        )
     if not isinstance(prompt, str) or not prompt:
         raise ApiError("prompt must be a non-empty string", "prompt")
+    _unicode(prompt, "prompt")
     return prompt
 
 

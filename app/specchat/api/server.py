@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 from specchat.api.generation import ClientGone, Generation, Start, log
 from specchat.api.params import ApiError, Ask, chat_request, completion_request
 from specchat.api.shapes import Reply, token_kind
-from specchat.engine import Engine, TokenEvent
+from specchat.engine import Engine, Reading, TokenEvent
 from specchat.errors import PromptTooLongError, SpecchatError
 from specchat.host import EngineHost
 from specchat.logs import LOGGER
@@ -43,10 +43,11 @@ def create_app(host: EngineHost, api_key: str | None = None) -> FastAPI:
     api = Api(host)
     app.add_exception_handler(ApiError, _error_response)
     app.add_exception_handler(HTTPException, _route_error)
-    app.add_api_route("/health", api.health, methods=["GET"])
+    # HEAD too, as HTTP servers answer it wherever they answer GET: health checks and monitors ask with it.
+    app.add_api_route("/health", api.health, methods=["GET", "HEAD"])
     router = APIRouter(dependencies=[Depends(_bearer(api_key))] if api_key else [])
-    router.add_api_route("/v1/models", api.models, methods=["GET"])
-    router.add_api_route("/v1/models/{model_id:path}", api.model, methods=["GET"])
+    router.add_api_route("/v1/models", api.models, methods=["GET", "HEAD"])
+    router.add_api_route("/v1/models/{model_id:path}", api.model, methods=["GET", "HEAD"])
     router.add_api_route("/v1/chat/completions", api.chat_completions, methods=["POST"])
     router.add_api_route("/v1/completions", api.completions, methods=["POST"])
     app.include_router(router)
@@ -252,9 +253,9 @@ class _ClosingStream(StreamingResponse):
 
 
 def _start(ask: Ask) -> Start:
-    def start(engine: Engine):
+    def start(engine: Engine, reading: Reading):
         prompt = engine.chat_prompt(ask.messages) if ask.chat else engine.text_prompt(ask.prompt)
-        return prompt, engine.generate_tokens(prompt, ask.settings)
+        return prompt, engine.generate_tokens(prompt, ask.settings, reading)
 
     return start
 

@@ -70,9 +70,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
             {"role": "user", "content": prompt}
         ]
-        events = engine.chat(messages, settings)
+        events = engine.chat(messages, settings, _show_reading)
     else:
-        events = engine.generate(prompt, settings)
+        events = engine.generate(prompt, settings, _show_reading)
     color = sys.stdout.isatty() and not args.json
     tokens, spans = [], []
     for ev in events:
@@ -96,6 +96,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
         )
     engine.close()
     return 0
+
+
+def _show_reading(done: int, total: int) -> bool:
+    """On a terminal, how far a prompt of several batches has been read (minutes, for a long one on a CPU)."""
+    if sys.stderr.isatty():
+        if 0 < done < total:
+            print(f"\rreading the prompt: {done:,} of {total:,} tokens", end="", file=sys.stderr, flush=True)
+        elif done == total:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)  # the answer takes the line
+    return True
 
 
 def _add_serving_arguments(p: argparse.ArgumentParser, default_port: int) -> None:

@@ -1,6 +1,6 @@
 """The engine: no UI, no network. Everything that touches llama.cpp or probabilities."""
 
-from specchat.engine.llama_backend import BackendConfig, LlamaModel
+from specchat.engine.llama_backend import BackendConfig, LlamaModel, Reading
 from specchat.engine.policy import DEFAULT_POLICY, AutoPolicy
 from specchat.engine.sampling import SamplingParams
 from specchat.engine.speculative import (
@@ -24,6 +24,7 @@ __all__ = [
     "Engine",
     "GenerationSettings",
     "LlamaModel",
+    "Reading",
     "SamplingParams",
     "Stats",
     "TokenEvent",

@@ -14,7 +14,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,9 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from specchat.errors import InvalidInputError, ModelLoadError, PromptTooLongError, SpecchatError
 from specchat.models.gguf import read_metadata
+
+# Hears of a prompt's reading, (tokens read, tokens to read), between llama.cpp's batches; False stops the reading.
+Reading = Callable[[int, int], bool]
 
 # ggml.h's enum ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (llama-cpp-python's _logger.py
 # lists an older order, in which 3 was ERROR: with it, warnings showed and errors vanished).
@@ -360,16 +363,29 @@ class LlamaModel:
             self._ctx.kv_cache_seq_rm(0, n_keep, -1)
             del self.tokens[n_keep:]
 
-    def hold(self, seq: Sequence[int]) -> None:
+    def hold(self, seq: Sequence[int], reading: Reading | None = None) -> bool:
         """Make the cache hold exactly seq, decoding only the positions it lacks; no logits are wanted.
 
         A cache that holds seq already decodes nothing. Decoding a held position again, alone, would compute its
         keys and values in another batch shape than before, and greedy answers part at near-ties on such
         differences: the same prompt asked twice would be answered differently.
+
+        reading: told (positions decoded, positions to decode) before each batch and once all are decoded; where it
+        returns False before a batch, hold stops there, the cache holding the part of seq read so far, and returns
+        False. The batches are decode's own, so that a read watched this way computes what an unwatched one does.
         """
         self.rollback(common_prefix(self.tokens, seq))
-        if len(seq) > self.n_past:
-            self.decode(seq[self.n_past :], copy=False)
+        lacking = seq[self.n_past :]
+        if reading is None:
+            if lacking:
+                self.decode(lacking, copy=False)
+            return True
+        for done in range(0, len(lacking), self.n_batch):
+            if not reading(done, len(lacking)):
+                return False
+            self.decode(lacking[done : done + self.n_batch], copy=False)
+        reading(len(lacking), len(lacking))
+        return True
 
     def eval_prefix(self, seq: Sequence[int]) -> np.ndarray:
         """Make the cache hold exactly seq and return the logits after its last token.

@@ -20,7 +20,7 @@ from specchat.engine.adaptive import AutoDrafter, LiveCosts, auto_lookup
 from specchat.engine.calibration import K_LONG, Calibration, file_id, load_or_measure
 from specchat.engine.draft_copy import choose_draft
 from specchat.engine.drafters import Drafter, EarlierAnswers, LookupDrafter, ModelDrafter, through_end
-from specchat.engine.llama_backend import BackendConfig, LlamaModel
+from specchat.engine.llama_backend import BackendConfig, LlamaModel, Reading
 from specchat.engine.policy import DEFAULT_POLICY, AutoPolicy
 from specchat.engine.sampling import ProbabilityRows, SamplingParams, check_range
 from specchat.engine.stats import Stats
@@ -159,11 +159,15 @@ class Engine:
         check_text(text, "the prompt")
         return self.target.tokenize(text, add_bos=self.target.add_bos)
 
-    def chat(self, messages: Sequence[dict], settings: GenerationSettings) -> Iterator[TokenEvent]:
-        return self.generate_tokens(self.chat_prompt(messages), settings)
+    def chat(
+        self, messages: Sequence[dict], settings: GenerationSettings, reading: Reading | None = None
+    ) -> Iterator[TokenEvent]:
+        return self.generate_tokens(self.chat_prompt(messages), settings, reading)
 
-    def generate(self, prompt: str, settings: GenerationSettings) -> Iterator[TokenEvent]:
-        return self.generate_tokens(self.text_prompt(prompt), settings)
+    def generate(
+        self, prompt: str, settings: GenerationSettings, reading: Reading | None = None
+    ) -> Iterator[TokenEvent]:
+        return self.generate_tokens(self.text_prompt(prompt), settings, reading)
 
     # The loop
 
@@ -214,14 +218,22 @@ class Engine:
         earlier = self.answers if self.policy.earlier_tokens > 0 else None
         return AutoDrafter(calibration, auto_lookup(n_vocab, self.policy), model, costs, self.policy, earlier)
 
-    def generate_tokens(self, prompt: list[int], settings: GenerationSettings) -> Iterator[TokenEvent]:
-        """Checks run now (fail fast); decoding starts at the first next()."""
+    def generate_tokens(
+        self, prompt: list[int], settings: GenerationSettings, reading: Reading | None = None
+    ) -> Iterator[TokenEvent]:
+        """Checks run now (fail fast); decoding starts at the first next().
+
+        reading: hears how far the target has read the prompt, between its batches, and may stop the answer there
+        (no token comes): a long prompt on a CPU takes minutes, and a Stop or a client gone should not wait for it.
+        """
         if not prompt:
             raise SpecchatError("the prompt is empty")
         self.target.check_room(len(prompt) + 1)
-        return self._loop(prompt, settings, self.drafter(settings.mode, prompt))
+        return self._loop(prompt, settings, self.drafter(settings.mode, prompt), reading)
 
-    def _loop(self, prompt: list[int], settings: GenerationSettings, drafter: Drafter) -> Iterator[TokenEvent]:
+    def _loop(
+        self, prompt: list[int], settings: GenerationSettings, drafter: Drafter, reading: Reading | None
+    ) -> Iterator[TokenEvent]:
         target, params = self.target, settings.sampling
         rng = settings.rng()
         stats = self.last_stats = Stats(mode=settings.mode, strategy=drafter.name)
@@ -229,7 +241,9 @@ class Engine:
         context = list(prompt)  # prompt + output; context[-1] is `last`
 
         n_before, t0 = target.n_decoded, time.perf_counter()
-        target.hold(context[:-1])
+        if not target.hold(context[:-1], reading):
+            stats.finish_reason, stats.ended = "closed", time.perf_counter()
+            return
         drafter.prefill(context)
         stats.prompt_tokens = target.n_decoded - n_before
         stats.prompt_s = time.perf_counter() - t0

@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from specchat import logs
 from specchat.api import serve
 from specchat.api.server import create_app
-from specchat.engine import MODES, BackendConfig, Engine, GenerationSettings, Stats, TokenEvent
+from specchat.engine import MODES, BackendConfig, Engine, GenerationSettings, Reading, Stats, TokenEvent
 from specchat.errors import SpecchatError
 from specchat.host import WAIT_POLL_S, EngineHost, Turn
 from specchat.launch import resolve_models
@@ -318,6 +318,10 @@ def _update(
     return (shown, conv, *chat_views(conv, overlay), live, *_panels(stats), status_html(state, text))
 
 
+def reading_status(done: int, total: int) -> str:
+    return f"Reading the prompt: {done:,} of {total:,} tokens…"
+
+
 def _streaming(stats: Stats) -> tuple[str, str]:
     return "generating", f"Generating… {stats.tokens} tokens"
 
@@ -365,16 +369,23 @@ class Decoding:
     events that arrived whenever it updates. However the loop ends (done, Stop, a closed tab, an error), the thread
     closes it, then gives up the turn, so the next request in line starts before the page's last update."""
 
-    def __init__(self, turn: Turn, events: Iterator[TokenEvent], stop: threading.Event) -> None:
-        """stop: the tab's Stop button (set by a closed tab too)."""
+    def __init__(self, turn: Turn, start: Callable[[Reading], Iterator[TokenEvent]], stop: threading.Event) -> None:
+        """start: the answer's events, given what hears of the prompt's reading (its errors are raised here, before
+        the loop starts); stop: the tab's Stop button (set by a closed tab too)."""
         self.ended = threading.Event()
         self.stats: Stats | None = None  # once ended: the answer's
         self.failure: Exception | None = None  # once ended: what broke the loop, if anything
+        self.read = (0, 0)  # how much of the prompt the target has read: (tokens read, tokens to read)
         self._events: queue.SimpleQueue[TokenEvent] = queue.SimpleQueue()
         self._stop = stop
         # Apart from stop, which the tab's next message clears: this loop must end even if that comes first.
         self._cancelled = threading.Event()
+        events = start(self._reading)
         threading.Thread(target=self._run, args=(turn, events), name="specchat-answer", daemon=True).start()
+
+    def _reading(self, done: int, total: int) -> bool:
+        self.read = (done, total)
+        return not (self._stop.is_set() or self._cancelled.is_set())
 
     def _run(self, turn: Turn, events: Iterator[TokenEvent]) -> None:
         stats = None
@@ -490,8 +501,8 @@ class ChatApp:
                     yield _update(message, conv, s.overlay, "stopped", "Stopped before the answer started.")
                     return
                 yield _update("", asked, s.overlay, "waiting", turn.waiting(ahead))
-            events = turn.engine.chat(prompt, settings)
-            decoding = Decoding(turn, events, stop)  # from here on, the decoding gives up the turn
+            start = partial(turn.engine.chat, prompt, settings)
+            decoding = Decoding(turn, start, stop)  # from here on, the decoding gives up the turn
         except Exception as e:
             turn.close()
             text = str(e) if isinstance(e, SpecchatError) else logs.unexpected(e, "Answering")
@@ -508,8 +519,12 @@ class ChatApp:
         try:
             yield _update("", conv, s.overlay, "generating", "Reading the prompt…", feed=feed)
             last, interval = time.perf_counter(), FIRST_TOKENS_POLL_S
+            shown = decoding.read
             while not decoding.ended.wait(max(0.0, last + interval - time.perf_counter())):
                 last = time.perf_counter()
+                if (read := decoding.read) != shown and 0 < read[0] < read[1]:  # a prompt of several batches
+                    shown = read
+                    yield *[gr.skip()] * 7, status_html("generating", reading_status(*read))
                 if new := decoding.take():
                     interval = UPDATE_INTERVAL_S
                     _add(answer, stream, new)
