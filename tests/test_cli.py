@@ -347,3 +347,28 @@ def _read_or_end(fd: int) -> bytes:
         return os.read(fd, 4096)
     except OSError:  # the process has closed its side of the terminal
         return b""
+
+
+def test_an_answer_that_fills_the_context_says_so_not_max_tokens(tiny_model):
+    # 256 tokens of context (llama.cpp's least), 240 of them the prompt's: the answer ends when it is full.
+    run = specchat(
+        "generate", "--target", str(tiny_model), "--n-ctx", "256", "--mode", "plain", "--threads", "1",
+        "--max-tokens", "100", "--prompt", "word " * 240,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.rstrip().endswith(", plain, context full: raise --n-ctx]"), run.stderr
+    as_json = json.loads(specchat(*run.args[3:], "--json").stdout)
+    assert as_json["stats"]["finish_reason"] == "context" and as_json["stats"]["tokens"] < 100
+
+
+def test_ctrl_c_mid_answer_keeps_the_answer_so_far_and_says_it_was_interrupted(tiny_model):
+    command = [sys.executable, "-m", "specchat", "generate", "--target", str(tiny_model), "--mode", "plain"]
+    args = ["--prompt", "Count from 1 to 500, one number per line.", "--max-tokens", "3000", "--threads", "1"]
+    proc = subprocess.Popen([*command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env())
+    first = proc.stdout.read(20)  # it answers
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and first, (first, err)
+    last = err.decode().strip().splitlines()[-1]
+    assert re.fullmatch(r"\[\d+ tokens, [\d.]+ tok/s, acceptance 0%, plain[^,]*, interrupted\]", last), err
+    assert "Traceback" not in err.decode()

@@ -105,14 +105,15 @@ def test_llama_cpp_is_imported_in_one_module():
     assert importers == {LLAMA_ROOM}
 
 
-def test_generate_and_models_list_do_not_load_gradio(tmp_path):
-    # `generate` fails fast on a missing model, after importing all it needs; `models list` runs whole.
+def test_generate_and_models_list_do_not_load_gradio_or_matplotlib(tmp_path):
+    # `generate` fails fast on a missing model, after importing all it needs; `models list` runs whole. matplotlib
+    # is the bench report's only: its import was a third of every command's start.
     code = (
         "import sys\n"
         "from specchat.cli.main import main\n"
         "assert main(['models', 'list']) == 0\n"
         f"assert main(['generate', '--target', {str(tmp_path / 'absent.gguf')!r}, '--prompt', 'hi']) == 1\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('gradio', 'fastapi')))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('gradio', 'fastapi', 'matplotlib')))\n"
     )
     env = {"PYTHONPATH": str(APP), "SPECCHAT_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)

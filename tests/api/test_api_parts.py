@@ -215,6 +215,8 @@ def test_stream_chunks_are_shaped_as_openai_sends_them():
     assert len({first["id"], last["id"], usage["id"]}) == 1
     whole = Reply(chat=False, model="pair").whole("text", 5, Stats(tokens=3, finish_reason="length"))
     assert whole["object"] == "text_completion" and whole["choices"][0]["finish_reason"] == "length"
+    full = Reply(chat=False, model="pair").whole("text", 5, Stats(tokens=3, finish_reason="context"))
+    assert full["choices"][0]["finish_reason"] == "length"  # OpenAI's word for a context filled, as for max_tokens
     assert whole["choices"][0]["text"] == "text" and whole["usage"]["total_tokens"] == 8
 
 

@@ -8,7 +8,7 @@ import uuid
 from specchat.engine import Stats, TokenEvent
 
 # The engine's reasons to stop -> OpenAI's: its end-of-generation token and a stop string are both "stop".
-FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length"}
+FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context": "length"}  # OpenAI's: length for both
 
 
 def timings(stats: Stats) -> dict:

@@ -12,11 +12,12 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from matplotlib.figure import Figure
-
-from specchat.bench import plots
 from specchat.engine import FIXED_K_MODES, costmodel
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 ALL = "all"  # the category row that pools every prompt
 
@@ -308,6 +309,9 @@ def render_markdown(report: dict, plot_files: Sequence[str]) -> str:
 
 def charts(summary: Sequence[dict]) -> dict[str, Figure]:
     """The report's charts by file name, per category with the spread over repeats."""
+    # matplotlib loads here, not with the module: every `specchat` command builds bench's parser (0.3 s here).
+    from specchat.bench import plots
+
     categories = list(dict.fromkeys(row["category"] for row in summary))
     if len(categories) == 2:  # one category: its pooled row is the same numbers again
         categories = categories[:1]
@@ -377,6 +381,8 @@ def charts(summary: Sequence[dict]) -> dict[str, Figure]:
 
 def write_plots(summary: Sequence[dict], out: Path) -> list[str]:
     """The charts as PNGs beside the report; returns their file names."""
+    from specchat.bench import plots
+
     figures = charts(summary)
     for name, figure in figures.items():
         plots.save_png(figure, out / name)

@@ -324,6 +324,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     configs = run_configs(args.modes, args.k)
     make_settings(*configs[0], 0)  # the seed's check, before the models load
     target, draft = resolve_models(args)
+    if draft is None and "speculative" in args.modes:  # before the load and auto's calibration (tens of seconds)
+        raise SpecchatError(
+            "speculative mode needs a draft model: give --draft (or --pair), or --modes without speculative"
+        )
     started = dt.datetime.now().astimezone()
     out = args.out or Path("bench-out") / started.strftime("%Y%m%d-%H%M%S")
     check_out(out)

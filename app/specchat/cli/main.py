@@ -75,27 +75,34 @@ def cmd_generate(args: argparse.Namespace) -> int:
         events = engine.generate(prompt, settings, _show_reading)
     color = sys.stdout.isatty() and not args.json
     tokens, spans = [], []
-    for ev in events:
-        tokens.append(ev.token)
-        if spans and spans[-1]["kind"] == ev.kind:
-            spans[-1]["text"] += ev.text
-        elif ev.text:
-            spans.append({"text": ev.text, "kind": ev.kind})
-        if not args.json:
-            sys.stdout.write(f"{_COLORS[ev.kind]}{ev.text}{_RESET}" if color and _COLORS[ev.kind] else ev.text)
-            sys.stdout.flush()
+    interrupted = False
+    try:
+        for ev in events:
+            tokens.append(ev.token)
+            if spans and spans[-1]["kind"] == ev.kind:
+                spans[-1]["text"] += ev.text
+            elif ev.text:
+                spans.append({"text": ev.text, "kind": ev.kind})
+            if not args.json:
+                sys.stdout.write(f"{_COLORS[ev.kind]}{ev.text}{_RESET}" if color and _COLORS[ev.kind] else ev.text)
+                sys.stdout.flush()
+    except KeyboardInterrupt:  # Ctrl+C: the answer so far and its stats are what the user waited for
+        interrupted = True
+        events.close()
     stats = engine.last_stats
     if args.json:
         text = "".join(s["text"] for s in spans)
         print(json.dumps({"text": text, "tokens": tokens, "spans": spans, "stats": stats.to_dict()}))
     else:
+        finish = "context full: raise --n-ctx" if stats.finish_reason == "context" else stats.finish_reason
+        finish = "interrupted" if interrupted else finish
         print(
             f"\n[{stats.tokens} tokens, {stats.tokens_per_s:.1f} tok/s, acceptance {stats.acceptance_rate:.0%}, "
-            f"{stats.strategy}, {stats.finish_reason}]",
+            f"{stats.strategy}, {finish}]",
             file=sys.stderr,
         )
     engine.close()
-    return 0
+    return 130 if interrupted else 0
 
 
 def _show_reading(done: int, total: int) -> bool:
@@ -163,10 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv or ["ui"])
     try:
+        # Inside the try: Ctrl+C during the parser's imports is a Ctrl+C too.
+        args = build_parser().parse_args(argv or ["ui"])
         return args.func(args)
     except SpecchatError as e:
         print(f"error: {e}", file=sys.stderr)

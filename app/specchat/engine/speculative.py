@@ -256,8 +256,10 @@ class Engine:
                 stats.finish_reason = "eog"
             elif text.stopped:
                 stats.finish_reason = "stop"
-            elif stats.tokens >= settings.max_tokens or len(context) >= target.n_ctx:
+            elif stats.tokens >= settings.max_tokens:
                 stats.finish_reason = "length"
+            elif len(context) >= target.n_ctx:
+                stats.finish_reason = "context"
             if stats.finish_reason is not None:
                 piece += text.flush()
             return TokenEvent(token, piece, kind, pos, stats)

@@ -24,7 +24,7 @@ class Stats:
     verify_calls_by_n: dict[int, int] = field(default_factory=dict)
     k: int = 0  # draft length used in the latest iteration
     strategy: str = ""  # what the loop is doing and why (auto mode explains itself here)
-    finish_reason: str | None = None  # "eog", "length", "stop", "closed" once finished
+    finish_reason: str | None = None  # "eog", "length" (max tokens), "context" (full), "stop", "closed" once finished
     started: float = field(default_factory=time.perf_counter)
     ended: float | None = None
 

@@ -353,6 +353,7 @@ def status_html(state: str, text: str) -> str:
 _FINISHED = {
     "eog": "Done.",
     "length": "Stopped at the max tokens setting.",
+    "context": "Stopped: the conversation fills the model's context; Clear it to go on.",
     "stop": "Stopped at a stop string.",
     "closed": "Stopped.",
 }

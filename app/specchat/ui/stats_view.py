@@ -14,6 +14,7 @@ _FINISH = {
     None: "generating",
     "eog": "finished",
     "length": "max tokens reached",
+    "context": "context full",
     "stop": "stop string",
     "closed": "stopped",
 }
