@@ -454,3 +454,20 @@ def test_a_file_that_cannot_be_deleted_is_named_in_one_line(hub_catalog, capsys)
     assert run_cli("remove", "smol") == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: cannot delete {part}: ") and err.count("\n") == 1, err  # the OS's reason
+
+
+def test_removing_a_model_an_installed_pair_uses_says_the_pair_lacks_it_now(
+    fake_hub: FakeHub, hub_catalog, smollm, monkeypatch, capsys
+):
+    fake_hub.add(REPO, smollm)
+    fake_hub.add(DRAFT_REPO, smollm)
+    monkeypatch.setenv("HF_ENDPOINT", fake_hub.url)
+    assert run_cli("download", "smol-pair") == 0
+    capsys.readouterr()
+    assert run_cli("remove", "smol-draft") == 0
+    out = capsys.readouterr().out
+    assert out.endswith(
+        "the pair smol-pair lacks smol-draft now: `specchat models download smol-pair` fetches it again\n"
+    ), out
+    assert run_cli("remove", "smol-draft") == 0  # nothing left to delete: no pair is said to lack it again
+    assert "lacks" not in capsys.readouterr().out

@@ -291,6 +291,8 @@ def _remove(args: argparse.Namespace) -> int:
         print(f"deleted {path}")
     for model, pair in removal.kept.items():
         print(f"kept {model}: the installed pair {pair} still uses it")
+    for pair in removal.broken:
+        print(f"the pair {pair} lacks {args.name} now: `specchat models download {pair}` fetches it again")
     for name, path in removal.unregistered:
         print(f"forgot local model {name} (the file {path} was left where it is)")
     if not (removal.deleted or removal.kept or removal.unregistered):

@@ -18,7 +18,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import urlsplit
@@ -476,6 +476,7 @@ class Removal:
     deleted: list[Path]
     kept: dict[str, str]  # model name -> the installed pair that still uses it
     unregistered: list[tuple[str, Path]]  # local models forgotten (their files left in place)
+    broken: list[str] = field(default_factory=list)  # installed pairs a model's removal left without a file
 
 
 def _delete_model_files(model: ModelSource) -> list[Path]:
@@ -505,7 +506,7 @@ def remove(name: str, catalog: Catalog | None = None, loaded: Collection[Path] =
             members = [other.target, other.draft]
             if other.name != name and all(m not in catalog.models or catalog.models[m].installed for m in members):
                 in_use.update({m: other.name for m in members})
-        doomed, kept = [], {}
+        doomed, kept, broken = [], {}, []
         for model_name in dict.fromkeys((pair.target, pair.draft)):
             if model_name not in catalog.models:
                 continue  # a local model in a user pair: the pair does not own its file
@@ -515,6 +516,12 @@ def remove(name: str, catalog: Catalog | None = None, loaded: Collection[Path] =
                 doomed.append(catalog.models[model_name])
     elif name in catalog.models:
         doomed, kept = [catalog.models[name]], {}
+        broken = [
+            pair.name
+            for pair in catalog.pairs.values()
+            if name in (pair.target, pair.draft)
+            and all(m not in catalog.models or catalog.models[m].installed for m in (pair.target, pair.draft))
+        ]
     else:
         path = remove_local_model(name, catalog)
         if path is None:
@@ -531,4 +538,5 @@ def remove(name: str, catalog: Catalog | None = None, loaded: Collection[Path] =
                 f"{name} is loaded by the specchat running as process {pid}; load another pair there, or quit it,"
                 " before removing it"
             )
-    return Removal([path for model in doomed for path in _delete_model_files(model)], kept, [])
+    deleted = [path for model in doomed for path in _delete_model_files(model)]
+    return Removal(deleted, kept, [], broken if deleted else [])

@@ -322,6 +322,7 @@ class ModelsView:
             models = [p.name for p in removal.deleted if p.suffix == ".gguf"]
             parts = [f"Removed {name}: deleted {', '.join(models)}." if models else f"{name} had no downloaded files."]
             parts += [f"Kept {model}: the installed pair {other} uses it." for model, other in removal.kept.items()]
+            parts += [f"The pair {pair} lacks {name} now: download it again to use it." for pair in removal.broken]
         return progress_html("done", " ".join(parts)), *self._refresh()
 
     def load_pair(self, pair: str, threads: float, gpu_layers: float) -> str:
