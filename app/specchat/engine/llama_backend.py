@@ -376,15 +376,12 @@ class LlamaModel:
         """
         self.rollback(common_prefix(self.tokens, seq))
         lacking = seq[self.n_past :]
-        if reading is None:
-            if lacking:
-                self.decode(lacking, copy=False)
-            return True
         for done in range(0, len(lacking), self.n_batch):
-            if not reading(done, len(lacking)):
+            if reading is not None and not reading(done, len(lacking)):
                 return False
             self.decode(lacking[done : done + self.n_batch], copy=False)
-        reading(len(lacking), len(lacking))
+        if reading is not None:
+            reading(len(lacking), len(lacking))
         return True
 
     def eval_prefix(self, seq: Sequence[int]) -> np.ndarray:

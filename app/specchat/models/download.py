@@ -43,6 +43,7 @@ from specchat.errors import Remedies, SpecchatError
 from specchat.models.catalog import (
     Catalog,
     ModelSource,
+    Pair,
     UnknownNameError,
     installed_file,
     load_catalog,
@@ -491,6 +492,11 @@ def _delete_model_files(model: ModelSource) -> list[Path]:
     return deleted
 
 
+def _installed(pair: Pair, catalog: Catalog) -> bool:
+    """Every file of the pair is here (a local member counts as here: the pair does not own its file)."""
+    return all(m not in catalog.models or catalog.models[m].installed for m in (pair.target, pair.draft))
+
+
 def remove(name: str, catalog: Catalog | None = None, loaded: Collection[Path] = ()) -> Removal:
     """Remove a pair's or a model's downloaded files (partial downloads too), or forget a local model.
 
@@ -499,13 +505,13 @@ def remove(name: str, catalog: Catalog | None = None, loaded: Collection[Path] =
     as the engine would go on with the file gone and a reload of it fail.
     """
     catalog = catalog or load_catalog()
+    installed_pairs = [p for p in catalog.pairs.values() if _installed(p, catalog)]
     if name in catalog.pairs:
         pair = catalog.pairs[name]
         in_use: dict[str, str] = {}
-        for other in catalog.pairs.values():
-            members = [other.target, other.draft]
-            if other.name != name and all(m not in catalog.models or catalog.models[m].installed for m in members):
-                in_use.update({m: other.name for m in members})
+        for other in installed_pairs:
+            if other.name != name:
+                in_use.update({m: other.name for m in (other.target, other.draft)})
         doomed, kept, broken = [], {}, []
         for model_name in dict.fromkeys((pair.target, pair.draft)):
             if model_name not in catalog.models:
@@ -516,12 +522,7 @@ def remove(name: str, catalog: Catalog | None = None, loaded: Collection[Path] =
                 doomed.append(catalog.models[model_name])
     elif name in catalog.models:
         doomed, kept = [catalog.models[name]], {}
-        broken = [
-            pair.name
-            for pair in catalog.pairs.values()
-            if name in (pair.target, pair.draft)
-            and all(m not in catalog.models or catalog.models[m].installed for m in (pair.target, pair.draft))
-        ]
+        broken = [pair.name for pair in installed_pairs if name in (pair.target, pair.draft)]
     else:
         path = remove_local_model(name, catalog)
         if path is None:
